@@ -1,0 +1,14 @@
+"""sklaplace: Laplace approximations for neural networks as scikit-learn estimators."""
+
+from .distributions import DirichletPrediction, LogitGaussianPrediction, NormalPrediction
+from .estimators import LaplaceClassifier, LaplaceRegressor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LaplaceClassifier",
+    "LaplaceRegressor",
+    "NormalPrediction",
+    "LogitGaussianPrediction",
+    "DirichletPrediction",
+]

@@ -1,0 +1,1 @@
+"""Benchmark utilities: offline data loaders and split protocols used to reproduce the papers."""

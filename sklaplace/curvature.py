@@ -1,0 +1,169 @@
+"""Likelihood curvature of a weight subset: GGN or empirical Fisher, per structure.
+
+All structures accumulate over row chunks, so memory does not grow with N for
+the diagonal and Kronecker structures (the full structure stores its P × P
+matrix, or the P × N·C factor when N·C < P, where the determinant lemma makes
+the kernel the cheaper object).
+
+The curvature is computed with unit temperature; ``out_scale`` (C,) multiplies
+the outputs' rows of Λ^½ (1/σ_c for a Gaussian likelihood with per-output
+noise, ones otherwise).  A scalar σ and the temperature are applied later as
+the factor ``s`` of the posterior structures.
+
+Notation: for row n, S_n is a square root of Λ_n (C × K) and J_n the C × P
+Jacobian; the GGN is Σ_n J_nᵀ S_n S_nᵀ J_n, the empirical Fisher Σ_n g_n g_nᵀ
+with g_n = J_nᵀ r_n the per-row gradient of the negative log-likelihood.
+"""
+
+import torch
+
+from .posterior import DiagPosterior, EigenPosterior, KronPosterior
+
+DEFAULT_MEMORY_BUDGET = 4 * 2**30
+
+
+def _chunks(n, size):
+    for start in range(0, n, size):
+        yield slice(start, min(start + size, n))
+
+
+def _chunk_rows(n_out, n_params, budget=2**27):
+    """Rows per chunk so that one chunk's Jacobian uses about ``budget`` bytes."""
+    return max(1, int(budget // (8 * max(1, n_out) * max(1, n_params))))
+
+
+def _row_factors(likelihood, f, y, out_scale, curvature):
+    """Per-row factors F_n (n, C, K) with H = Σ_n J_nᵀ F_n F_nᵀ J_n."""
+    if curvature == "ggn":
+        return likelihood.sqrt_hessian(f) * out_scale[None, :, None]
+    return (likelihood.residual(f, y) * out_scale**2).unsqueeze(-1)
+
+
+def jacobian_bytes(n_rows, n_out, n_params):
+    return 8 * n_rows * n_out * n_params
+
+
+def check_memory(n_bytes, what, budget, alternatives):
+    """Refuse an allocation above ``budget`` bytes, naming cheaper options."""
+    if n_bytes > budget:
+        raise MemoryError(
+            f"{what} would need about {n_bytes / 2**30:.2f} GiB, more than the "
+            f"{budget / 2**30:.2f} GiB memory budget. Cheaper options: {alternatives}."
+        )
+
+
+def _gram_rows(subset, likelihood, X, y, out_scale, curvature):
+    """Yield (n_rows, P, K) blocks J_nᵀ F_n over row chunks."""
+    size = _chunk_rows(out_scale.numel(), subset.n_params)
+    for sl in _chunks(X.shape[0], size):
+        f, J = subset.jacobians(X[sl])
+        F = _row_factors(likelihood, f, y[sl], out_scale, curvature)
+        yield torch.einsum("ncp,nck->npk", J, F)
+
+
+def full_curvature(
+    subset, likelihood, X, y, out_scale, curvature="ggn", rank=None, budget=DEFAULT_MEMORY_BUDGET
+):
+    """Full (``rank=None``) or low-rank posterior structure."""
+    P, n = subset.n_params, X.shape[0]
+    K = out_scale.numel() if curvature == "ggn" else 1
+    structure = "full" if rank is None else "lowrank"
+    if n * K < P:
+        # Determinant lemma: work with the P × N·K factor and its kernel.
+        check_memory(8 * P * n * K * 2, f"The {structure} curvature factor", budget,
+                     "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
+        U = torch.cat([JF.reshape(JF.shape[0], P, -1).permute(1, 0, 2).reshape(P, -1)
+                       for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature)], 1)
+        return EigenPosterior.from_factor(U, rank=rank, structure=structure)
+    check_memory(8 * P * P * 2, f"The {structure} curvature matrix", budget,
+                 "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
+    H = torch.zeros(P, P, dtype=X.dtype)
+    for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature):
+        H += torch.einsum("npk,nqk->pq", JF, JF)
+    return EigenPosterior.from_matrix(H, rank=rank, structure=structure)
+
+
+def diag_curvature(subset, likelihood, X, y, out_scale, curvature="ggn"):
+    h = torch.zeros(subset.n_params, dtype=X.dtype)
+    for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature):
+        h += (JF**2).sum((0, 2))
+    return DiagPosterior(h)
+
+
+def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", chunk=4096):
+    """Kronecker factors per nn.Linear layer: KFLR-style exact GGN factors or EF.
+
+    For layer l with inputs a_n and B_n = ∂f_n/∂s_lᵀ F_n (s_l the pre-activation),
+    the weight block Σ_n (B_n B_nᵀ) ⊗ (a_n a_nᵀ) is approximated by
+    (Σ_n B_n B_nᵀ) ⊗ (Σ_n a_n a_nᵀ) / N; the bias block Σ_n B_n B_nᵀ is exact.
+    """
+    layers = subset.linear_layers()
+    n_total = X.shape[0]
+    G = [0.0] * len(layers)
+    A = [0.0] * len(layers)
+    for sl in _chunks(n_total, chunk):
+        inputs, eps = {}, {}
+
+        def hook(module, inp, out, i):
+            inputs[i] = inp[0].detach()
+            eps[i] = torch.zeros_like(out, requires_grad=True)
+            return out + eps[i]
+
+        handles = [
+            layer.register_forward_hook(lambda m, inp, out, i=i: hook(m, inp, out, i))
+            for i, (layer, _, _) in enumerate(layers)
+        ]
+        try:
+            with torch.enable_grad():
+                f = subset.module(X[sl]).reshape(sl.stop - sl.start, -1)
+                F = _row_factors(likelihood, f.detach(), y[sl], out_scale, curvature)
+                targets = [eps[i] for i in range(len(layers))]
+                for k in range(F.shape[2]):
+                    grads = torch.autograd.grad(
+                        (f * F[:, :, k]).sum(), targets, retain_graph=k + 1 < F.shape[2]
+                    )
+                    for i, B in enumerate(grads):
+                        B = B.reshape(-1, B.shape[-1])
+                        G[i] = G[i] + B.T @ B
+        finally:
+            for h in handles:
+                h.remove()
+        for i in range(len(layers)):
+            a = inputs[i].reshape(-1, inputs[i].shape[-1])
+            A[i] = A[i] + a.T @ a
+    blocks = []
+    for i, (_, w, b) in enumerate(layers):
+        blocks.append((w, [G[i], A[i] / n_total]))
+        if b is not None:
+            blocks.append((b, [G[i]]))
+    return KronPosterior(blocks, subset.n_params)
+
+
+def compute_posterior(structure, subset, likelihood, X, y, out_scale, curvature="ggn",
+                      rank=None, budget=DEFAULT_MEMORY_BUDGET):
+    """Dispatch to the structure's curvature routine."""
+    with torch.no_grad():
+        if structure == "diag":
+            return diag_curvature(subset, likelihood, X, y, out_scale, curvature)
+        if structure == "full":
+            return full_curvature(subset, likelihood, X, y, out_scale, curvature, None, budget)
+        if structure == "lowrank":
+            return full_curvature(subset, likelihood, X, y, out_scale, curvature, rank, budget)
+    if structure == "kron":
+        return kron_curvature(subset, likelihood, X, y, out_scale, curvature)
+    raise ValueError(f"Unknown hessian_structure {structure!r}.")
+
+
+def default_lowrank_rank(n_params):
+    """Default k for the low-rank structure: min(P, 100)."""
+    return int(min(n_params, 100))
+
+
+__all__ = [
+    "compute_posterior",
+    "check_memory",
+    "jacobian_bytes",
+    "default_lowrank_rank",
+    "DEFAULT_MEMORY_BUDGET",
+    "full_curvature",
+]

@@ -1,0 +1,494 @@
+"""Predictive distributions returned by ``predict_dist``.
+
+Numpy in, numpy out (float64), vectorized over rows. The module also holds the
+link functions that map a Gaussian over logits to class probabilities:
+probit / extended probit, the Laplace bridge and Monte Carlo with common random
+numbers.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+from numbers import Integral, Real
+
+import numpy as np
+from scipy import stats
+from scipy.special import digamma, entr, expit, gammaln, logsumexp, softmax
+from sklearn.utils import check_random_state
+
+__all__ = [
+    "probit_proba",
+    "binary_probit_proba",
+    "bridge_alpha",
+    "mc_proba",
+    "NormalPrediction",
+    "LogitGaussianPrediction",
+    "DirichletPrediction",
+]
+
+_LINKS = ("probit", "bridge", "mc", "nn")
+_VAR_FLOOR = 1e-12
+
+
+# --------------------------------------------------------------------------- helpers
+def _check_confidence(confidence):
+    if not isinstance(confidence, Real) or not 0 < confidence < 1:
+        raise ValueError(f"confidence must be a float in (0, 1), got {confidence!r}.")
+    return float(confidence)
+
+
+def _check_n_samples(n_samples):
+    if not isinstance(n_samples, Integral) or n_samples < 1:
+        raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}.")
+    return int(n_samples)
+
+
+def _entropy(proba):
+    """Row entropy in nats of probabilities along the last axis (0 log 0 = 0)."""
+    return entr(proba).sum(axis=-1)
+
+
+def _psd_sqrt(cov):
+    """Batched square root ``L`` with ``L @ L.T == cov`` for PSD, possibly singular, ``cov``.
+
+    Uses a symmetric eigendecomposition with eigenvalues clipped at 0, so it never fails on
+    rank-deficient or slightly indefinite (round-off) matrices.
+    """
+    cov = 0.5 * (cov + np.swapaxes(cov, -1, -2))
+    eigval, eigvec = np.linalg.eigh(cov)
+    return eigvec * np.sqrt(np.clip(eigval, 0.0, None))[..., None, :]
+
+
+def _sample_logits(logit_mean, cov_sqrt, z):
+    """Logit draws ``mu_n + L_n z_s`` of shape (n, S, C) for shared ``z`` of shape (S, C)."""
+    return logit_mean[:, None, :] + np.einsum("nij,sj->nsi", cov_sqrt, z)
+
+
+# --------------------------------------------------------------------------- links
+def probit_proba(logit_mean, logit_var):
+    """Extended probit approximation of the expected softmax.
+
+    Computes ``softmax(mu_j / sqrt(1 + pi / 8 * var_j))`` row-wise. It uses only the
+    marginal logit variances and ignores their correlations.
+
+    Parameters
+    ----------
+    logit_mean : array-like of shape (n_samples, n_classes)
+        Means of the Gaussian over logits.
+    logit_var : array-like of shape (n_samples, n_classes)
+        Marginal variances of the logits.
+
+    Returns
+    -------
+    proba : ndarray of shape (n_samples, n_classes)
+        Approximate predictive class probabilities; rows sum to one.
+    """
+    mu = np.asarray(logit_mean, dtype=np.float64)
+    var = np.asarray(logit_var, dtype=np.float64)
+    return softmax(mu / np.sqrt(1.0 + np.pi / 8.0 * var), axis=-1)
+
+
+def binary_probit_proba(f_mean, f_var):
+    """Probit approximation for a single Bernoulli logit.
+
+    ``p = sigmoid(f / sqrt(1 + pi * v / 8))`` approximates ``E[sigmoid(f)]`` under
+    ``f ~ N(f_mean, f_var)``.
+
+    Parameters
+    ----------
+    f_mean : array-like of shape (n_samples,)
+        Mean of the logit of the positive class.
+    f_var : array-like of shape (n_samples,)
+        Variance of that logit.
+
+    Returns
+    -------
+    proba : ndarray of shape (n_samples, 2)
+        Columns ``[1 - p, p]``.
+    """
+    f = np.asarray(f_mean, dtype=np.float64)
+    kappa = 1.0 / np.sqrt(1.0 + np.pi / 8.0 * np.asarray(f_var, dtype=np.float64))
+    return np.stack([expit(-kappa * f), expit(kappa * f)], axis=-1)
+
+
+def bridge_alpha(logit_mean, logit_var):
+    """Dirichlet parameters of the Laplace bridge.
+
+    ``alpha_k = (1 / var_k) * (1 - 2 / K + exp(mu_k) / K**2 * sum_l exp(-mu_l))``
+    (Hobbhahn et al., Eq. 7). The map is invariant to adding a constant to a row of
+    ``mu``; it is evaluated on row-centred means in log space to avoid overflow.
+    Variances are clipped below at 1e-12 so that ``alpha`` stays finite.
+
+    Parameters
+    ----------
+    logit_mean : array-like of shape (n_samples, n_classes)
+        Means of the Gaussian over logits.
+    logit_var : array-like of shape (n_samples, n_classes)
+        Marginal variances of the logits (correlations are ignored).
+
+    Returns
+    -------
+    alpha : ndarray of shape (n_samples, n_classes)
+        Concentration parameters of the Dirichlet.
+    """
+    mu = np.asarray(logit_mean, dtype=np.float64)
+    var = np.clip(np.asarray(logit_var, dtype=np.float64), _VAR_FLOOR, None)
+    n_classes = mu.shape[-1]
+    mu = mu - mu.mean(axis=-1, keepdims=True)
+    log_term = mu + logsumexp(-mu, axis=-1, keepdims=True) - 2.0 * np.log(n_classes)
+    return (1.0 - 2.0 / n_classes + np.exp(log_term)) / var
+
+
+def mc_proba(logit_mean, logit_cov, z):
+    """Monte Carlo estimate of ``E[softmax(f)]`` with ``f ~ N(mu_n, Sigma_n)``.
+
+    The standard normal draws ``z`` are shared by all rows (common random numbers), so
+    the result for a row does not depend on which other rows are present.
+
+    Parameters
+    ----------
+    logit_mean : array-like of shape (n_samples, n_classes)
+        Means of the Gaussian over logits.
+    logit_cov : array-like of shape (n_samples, n_classes, n_classes)
+        Covariances of the logits; positive semi-definite, possibly singular.
+    z : array-like of shape (n_draws, n_classes)
+        Standard normal draws.
+
+    Returns
+    -------
+    proba : ndarray of shape (n_samples, n_classes)
+        Average of ``softmax(mu_n + L_n z_s)`` over the draws, with ``L_n L_n^T = Sigma_n``.
+    """
+    mu = np.asarray(logit_mean, dtype=np.float64)
+    cov_sqrt = _psd_sqrt(np.asarray(logit_cov, dtype=np.float64))
+    z = np.asarray(z, dtype=np.float64)
+    return softmax(_sample_logits(mu, cov_sqrt, z), axis=-1).mean(axis=1)
+
+
+# --------------------------------------------------------------------------- regression
+@dataclass(frozen=True, eq=False)
+class NormalPrediction:
+    """Gaussian predictive distribution of a Laplace regressor.
+
+    Parameters
+    ----------
+    mean : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        Predictive mean.
+    epistemic_var : ndarray of the same shape as ``mean``
+        Variance of the function value under the weight posterior.
+    aleatoric_var : ndarray of the same shape as ``mean``
+        Observation noise variance ``sigma**2``.
+    """
+
+    mean: np.ndarray
+    epistemic_var: np.ndarray
+    aleatoric_var: np.ndarray
+
+    def __post_init__(self):
+        mean = np.asarray(self.mean, dtype=np.float64)
+        for name in ("mean", "epistemic_var", "aleatoric_var"):
+            value = np.broadcast_to(np.asarray(getattr(self, name), dtype=np.float64), mean.shape)
+            object.__setattr__(self, name, value)
+
+    @property
+    def var(self):
+        """Total predictive variance, epistemic plus aleatoric."""
+        return self.epistemic_var + self.aleatoric_var
+
+    @property
+    def std(self):
+        """Total predictive standard deviation."""
+        return np.sqrt(self.var)
+
+    def interval(self, confidence=0.95):
+        """Central predictive interval.
+
+        Parameters
+        ----------
+        confidence : float, default=0.95
+            Probability mass inside the interval, in (0, 1).
+
+        Returns
+        -------
+        lower, upper : ndarray of the same shape as ``mean``
+        """
+        confidence = _check_confidence(confidence)
+        half = stats.norm.ppf(0.5 + confidence / 2.0) * self.std
+        return self.mean - half, self.mean + half
+
+    def logpdf(self, y):
+        """Log density of ``y`` (broadcast against ``mean``)."""
+        return stats.norm.logpdf(y, loc=self.mean, scale=self.std)
+
+    def cdf(self, y):
+        """Cumulative distribution function at ``y`` (broadcast against ``mean``)."""
+        return stats.norm.cdf(y, loc=self.mean, scale=self.std)
+
+    def ppf(self, q):
+        """Quantile function at ``q`` (scalar or broadcastable against ``mean``)."""
+        return stats.norm.ppf(q, loc=self.mean, scale=self.std)
+
+    def sample(self, n_samples=1, random_state=None):
+        """Draw targets from the predictive.
+
+        Parameters
+        ----------
+        n_samples : int, default=1
+            Number of draws.
+        random_state : int, RandomState instance or None, default=None
+            Seed or generator, as in scikit-learn.
+
+        Returns
+        -------
+        samples : ndarray of shape (n_samples, *mean.shape)
+        """
+        n_samples = _check_n_samples(n_samples)
+        rng = check_random_state(random_state)
+        noise = rng.standard_normal((n_samples, *self.mean.shape))
+        return self.mean + self.std * noise
+
+    def to_scipy(self):
+        """Return the frozen ``scipy.stats.norm(loc=mean, scale=std)``."""
+        return stats.norm(loc=self.mean, scale=self.std)
+
+
+# --------------------------------------------------------------------------- classification
+@dataclass(frozen=True, eq=False)
+class DirichletPrediction:
+    """Dirichlet over class probabilities, e.g. from the Laplace bridge.
+
+    Parameters
+    ----------
+    alpha : ndarray of shape (n_samples, n_classes)
+        Positive concentration parameters.
+    """
+
+    alpha: np.ndarray
+
+    def __post_init__(self):
+        alpha = np.asarray(self.alpha, dtype=np.float64)
+        if alpha.ndim != 2:
+            raise ValueError(f"alpha must have shape (n_samples, n_classes), got {alpha.shape}.")
+        object.__setattr__(self, "alpha", alpha)
+
+    @property
+    def precision(self):
+        """Precision ``alpha_0``, the row sum of ``alpha``; shape (n_samples,)."""
+        return self.alpha.sum(axis=1)
+
+    @property
+    def mean(self):
+        """Expected class probabilities ``alpha / alpha_0``; shape (n_samples, n_classes)."""
+        return self.alpha / self.precision[:, None]
+
+    @property
+    def var(self):
+        """Marginal variances of the class probabilities; shape (n_samples, n_classes)."""
+        a0 = self.precision[:, None]
+        return self.alpha * (a0 - self.alpha) / (a0**2 * (a0 + 1.0))
+
+    def marginal(self, k):
+        """Marginal of class ``k``: frozen ``scipy.stats.beta(alpha_k, alpha_0 - alpha_k)``."""
+        a_k = self.alpha[:, k]
+        return stats.beta(a_k, self.precision - a_k)
+
+    def entropy(self):
+        """Differential entropy of the Dirichlet of each row; shape (n_samples,)."""
+        alpha, a0 = self.alpha, self.precision
+        n_classes = alpha.shape[1]
+        log_beta = gammaln(alpha).sum(axis=1) - gammaln(a0)
+        return (
+            log_beta
+            + (a0 - n_classes) * digamma(a0)
+            - ((alpha - 1.0) * digamma(alpha)).sum(axis=1)
+        )
+
+    def sample(self, n_samples=1, random_state=None):
+        """Draw probability vectors.
+
+        Normalized gamma draws, computed in log space with
+        ``Gamma(a) = Gamma(a + 1) * U**(1 / a)`` so that small concentrations do not
+        underflow to all-zero rows.
+
+        Parameters
+        ----------
+        n_samples : int, default=1
+            Number of draws.
+        random_state : int, RandomState instance or None, default=None
+            Seed or generator, as in scikit-learn.
+
+        Returns
+        -------
+        samples : ndarray of shape (n_samples, n_rows, n_classes)
+            Rows sum to one.
+        """
+        n_samples = _check_n_samples(n_samples)
+        rng = check_random_state(random_state)
+        size = (n_samples, *self.alpha.shape)
+        log_gamma = np.log(rng.standard_gamma(self.alpha + 1.0, size=size))
+        log_gamma += np.log1p(-rng.uniform(size=size)) / self.alpha
+        return softmax(log_gamma, axis=-1)
+
+    def top_k_sets(self, confidence=0.95):
+        """Uncertainty-aware top-k sets (Hobbhahn et al., Alg. 1).
+
+        Classes are sorted by ``alpha``. Starting from the top class, class ``i`` is
+        added while the upper ``1 - T/2`` quantile of its Beta marginal exceeds the
+        lower ``T/2`` quantile of class ``i - 1``, with ``T = 1 - confidence``.
+
+        Parameters
+        ----------
+        confidence : float, default=0.95
+            In (0, 1).
+
+        Returns
+        -------
+        mask : ndarray of bool, shape (n_samples, n_classes)
+            Set membership in the original column order.
+        """
+        tail = (1.0 - _check_confidence(confidence)) / 2.0
+        n_rows, n_classes = self.alpha.shape
+        order = np.argsort(-self.alpha, axis=1, kind="stable")
+        sorted_alpha = np.take_along_axis(self.alpha, order, axis=1)
+        rest = self.precision[:, None] - sorted_alpha
+        keep = np.zeros((n_rows, n_classes), dtype=bool)
+        keep[:, 0] = True
+        if n_classes > 1:
+            lower = stats.beta.ppf(tail, sorted_alpha[:, :-1], rest[:, :-1])
+            upper = stats.beta.ppf(1.0 - tail, sorted_alpha[:, 1:], rest[:, 1:])
+            keep[:, 1:] = np.logical_and.accumulate(upper > lower, axis=1)
+        mask = np.empty_like(keep)
+        np.put_along_axis(mask, order, keep, axis=1)
+        return mask
+
+
+@dataclass(frozen=True, eq=False)
+class LogitGaussianPrediction:
+    """Gaussian predictive over the logits of a Laplace classifier.
+
+    Parameters
+    ----------
+    logit_mean : ndarray of shape (n_samples, n_classes)
+        Mean of the logits.
+    logit_cov : ndarray of shape (n_samples, n_classes, n_classes)
+        Covariance of the logits (positive semi-definite).
+    link : {"probit", "bridge", "mc", "nn"}, default="probit"
+        How :meth:`proba` integrates the softmax: extended probit, Laplace-bridge
+        Dirichlet mean, Monte Carlo over the logit Gaussian, or the average softmax of
+        ``logit_samples`` (logits of sampled weights).
+    n_samples : int, default=100
+        Number of Monte Carlo draws for ``"mc"`` and for :meth:`mutual_information`.
+    seed : int, default=0
+        Prediction seed of the Monte Carlo draws, shared by all rows.
+    single_logit : bool, default=False
+        Whether the model has one Bernoulli logit ``f`` stored as the two logits
+        ``(-f/2, f/2)`` with covariance ``[[v/4, -v/4], [-v/4, v/4]]``. The probit link
+        then uses the binary probit on ``f``.
+    logit_samples : ndarray of shape (n_draws, n_samples, n_classes), default=None
+        Logits computed from weight samples; required for ``link="nn"``.
+    """
+
+    logit_mean: np.ndarray
+    logit_cov: np.ndarray
+    link: str = "probit"
+    n_samples: int = 100
+    seed: int = 0
+    single_logit: bool = False
+    logit_samples: np.ndarray = None
+
+    def __post_init__(self):
+        mean = np.asarray(self.logit_mean, dtype=np.float64)
+        cov = np.asarray(self.logit_cov, dtype=np.float64)
+        if mean.ndim != 2 or cov.shape != (*mean.shape, mean.shape[1]):
+            raise ValueError(
+                "logit_mean must have shape (n, C) and logit_cov shape (n, C, C); "
+                f"got {mean.shape} and {cov.shape}."
+            )
+        if self.link not in _LINKS:
+            raise ValueError(f"link must be one of {_LINKS}, got {self.link!r}.")
+        _check_n_samples(self.n_samples)
+        if self.single_logit and mean.shape[1] != 2:
+            raise ValueError("single_logit=True requires exactly 2 logit columns.")
+        object.__setattr__(self, "logit_mean", mean)
+        object.__setattr__(self, "logit_cov", cov)
+        if self.logit_samples is not None:
+            samples = np.asarray(self.logit_samples, dtype=np.float64)
+            if samples.ndim != 3 or samples.shape[1:] != mean.shape:
+                raise ValueError(
+                    f"logit_samples must have shape (S, {mean.shape[0]}, {mean.shape[1]}), "
+                    f"got {samples.shape}."
+                )
+            object.__setattr__(self, "logit_samples", samples)
+        elif self.link == "nn":
+            raise ValueError('link="nn" requires logit_samples.')
+
+    @property
+    def logit_var(self):
+        """Marginal logit variances, the diagonal of ``logit_cov``; shape (n, C)."""
+        return np.diagonal(self.logit_cov, axis1=1, axis2=2).copy()
+
+    @cached_property
+    def _cov_sqrt(self):
+        return _psd_sqrt(self.logit_cov)
+
+    def _z(self):
+        rng = np.random.default_rng(self.seed)
+        return rng.standard_normal((self.n_samples, self.logit_mean.shape[1]))
+
+    def _sample_proba(self):
+        """Softmax of logit draws, shape (n, S, C): ``logit_samples`` or common-random MC."""
+        if self.logit_samples is not None:
+            return softmax(np.swapaxes(self.logit_samples, 0, 1), axis=-1)
+        return softmax(_sample_logits(self.logit_mean, self._cov_sqrt, self._z()), axis=-1)
+
+    def proba(self):
+        """Predictive class probabilities under ``link``; shape (n, C), rows sum to one."""
+        if self.link == "probit":
+            if self.single_logit:
+                cov = self.logit_cov
+                f = self.logit_mean[:, 1] - self.logit_mean[:, 0]
+                v = cov[:, 1, 1] + cov[:, 0, 0] - 2.0 * cov[:, 0, 1]
+                return binary_probit_proba(f, np.clip(v, 0.0, None))
+            return probit_proba(self.logit_mean, self.logit_var)
+        if self.link == "bridge":
+            return self.dirichlet().mean
+        if self.link == "mc":
+            return softmax(
+                _sample_logits(self.logit_mean, self._cov_sqrt, self._z()), axis=-1
+            ).mean(axis=1)
+        return softmax(self.logit_samples, axis=-1).mean(axis=0)
+
+    def entropy(self):
+        """Entropy in nats of :meth:`proba` (total predictive uncertainty); shape (n,)."""
+        return _entropy(self.proba())
+
+    def mutual_information(self):
+        """Epistemic uncertainty ``H[E p] - E[H p]``, clipped at 0; shape (n,).
+
+        The expected entropy uses ``logit_samples`` when given, else ``n_samples``
+        Monte Carlo draws from ``seed`` shared by all rows.
+        """
+        expected_entropy = _entropy(self._sample_proba()).mean(axis=1)
+        return np.clip(self.entropy() - expected_entropy, 0.0, None)
+
+    def sample(self, n_samples=1, random_state=None):
+        """Draw logits from ``N(logit_mean, logit_cov)``.
+
+        Parameters
+        ----------
+        n_samples : int, default=1
+            Number of draws.
+        random_state : int, RandomState instance or None, default=None
+            Seed or generator, as in scikit-learn.
+
+        Returns
+        -------
+        samples : ndarray of shape (n_samples, n, C)
+        """
+        n_samples = _check_n_samples(n_samples)
+        rng = check_random_state(random_state)
+        z = rng.standard_normal((n_samples, *self.logit_mean.shape))
+        return self.logit_mean + np.einsum("nij,snj->sni", self._cov_sqrt, z)
+
+    def dirichlet(self):
+        """Laplace-bridge Dirichlet of the logit Gaussian (uses the marginal variances)."""
+        return DirichletPrediction(bridge_alpha(self.logit_mean, self.logit_var))

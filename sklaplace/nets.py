@@ -1,0 +1,187 @@
+"""The default MLP and the preparation of a skorch net for MAP training.
+
+sklaplace trains a copy of the user's net on exactly this objective, per batch:
+
+    mean_i(−log p(y_i | f(x_i))) / T + δ/(2N) · ‖θ‖²
+
+(the summed log joint divided by N), with the exact likelihood selected by the
+net's criterion: ``CrossEntropyLoss`` → categorical, ``BCEWithLogitsLoss`` →
+Bernoulli with one logit, ``MSELoss`` → Gaussian with the noise ``sigma_noise``.
+The criterion is replaced by :class:`MAPLoss`, which adds the prior itself, so
+an optimizer ``weight_decay`` would count the prior twice and is refused.
+"""
+
+import inspect
+import math
+
+import numpy as np
+import torch
+from skorch import NeuralNet
+from torch import nn
+
+from .likelihoods import LIKELIHOODS
+
+CRITERIA = {
+    nn.CrossEntropyLoss: "categorical",
+    nn.BCEWithLogitsLoss: "bernoulli",
+    nn.MSELoss: "gaussian",
+}
+
+
+class MLP(nn.Module):
+    """Fully connected tanh network: ``n_features → hidden… → n_outputs``."""
+
+    def __init__(self, n_features=1, n_outputs=1, hidden_layer_sizes=(50,)):
+        super().__init__()
+        sizes = [n_features, *hidden_layer_sizes]
+        layers = []
+        for d_in, d_out in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(d_in, d_out), nn.Tanh()]
+        layers.append(nn.Linear(sizes[-1], n_outputs))
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, X):
+        return self.layers(X)
+
+
+class MAPLoss(nn.Module):
+    """Negative log joint per row: likelihood / T plus the Gaussian prior / N.
+
+    The prior precision is a scalar or one value per parameter (flattened in
+    ``module.named_parameters()`` order); the parameters are attached after
+    the net is initialized with :meth:`attach` (a plain list, not registered,
+    so skorch's optimizer does not see them twice).
+    """
+
+    def __init__(self, likelihood="categorical", n_train=1, temperature=1.0, sigma_noise=1.0,
+                 prior_precision=1.0):
+        super().__init__()
+        self.likelihood = LIKELIHOODS[likelihood]()
+        self.n_train = n_train
+        self.temperature = temperature
+        self.sigma_noise = torch.as_tensor(sigma_noise, dtype=torch.float64)
+        self.prior_precision = torch.as_tensor(prior_precision, dtype=torch.float64)
+        self._params = []
+
+    def attach(self, module):
+        self._params = [p for p in module.parameters() if p.requires_grad]
+        return self
+
+    def data_nll(self, y_pred, y_true):
+        f = y_pred.reshape(y_pred.shape[0], -1)
+        if self.likelihood.name != "gaussian":
+            return self.likelihood.nll(f, y_true).mean()
+        sigma = self.sigma_noise.to(f).expand(f.shape[1])
+        sq = ((y_true.reshape(f.shape).to(f) - f) / sigma) ** 2
+        return (0.5 * sq + torch.log(sigma) + 0.5 * math.log(2 * math.pi)).sum(-1).mean()
+
+    def prior_term(self):
+        if not self._params:
+            return 0.0
+        theta = torch.cat([p.reshape(-1) for p in self._params])
+        delta = self.prior_precision.to(theta)
+        return 0.5 * (delta * theta**2).sum() / self.n_train
+
+    def forward(self, y_pred, y_true):
+        return self.data_nll(y_pred, y_true) / self.temperature + self.prior_term()
+
+
+def likelihood_of(net):
+    """The likelihood name a skorch net's criterion stands for."""
+    crit = net.criterion
+    cls = crit if isinstance(crit, type) else type(crit)
+    if cls is MAPLoss:
+        params = net.get_params()
+        return params.get("criterion__likelihood", "categorical")
+    for base, name in CRITERIA.items():
+        if issubclass(cls, base):
+            return name
+    raise ValueError(
+        f"The net's criterion {cls.__name__} has no likelihood sklaplace knows; "
+        "criterion must be CrossEntropyLoss, BCEWithLogitsLoss or MSELoss "
+        "(skorch's default NLLLoss on probabilities is not supported: output logits)."
+    )
+
+
+def check_no_weight_decay(net):
+    """Refuse a non-zero optimizer weight decay: sklaplace adds the prior itself."""
+    params = net.get_params()
+    decay = params.get("optimizer__weight_decay")
+    if decay is None:
+        opt = net.optimizer
+        try:
+            default = inspect.signature(opt).parameters.get("weight_decay")
+        except (TypeError, ValueError):
+            default = None
+        decay = 0 if default is None or default.default is inspect.Parameter.empty else default.default
+    groups = params.get("optimizer__param_groups") or []
+    decays = [decay] + [g[1].get("weight_decay", 0) for g in groups if len(g) > 1]
+    if any(d for d in decays):
+        raise ValueError(
+            f"The net's optimizer has weight_decay={max(decays)}; set it to 0. sklaplace adds "
+            "the Gaussian prior (prior_precision) to the loss itself, and weight decay "
+            "would count it twice."
+        )
+
+
+def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch_size):
+    return NeuralNet(
+        module=MLP,
+        module__n_features=n_features,
+        module__n_outputs=n_outputs,
+        module__hidden_layer_sizes=tuple(hidden_layer_sizes),
+        criterion=MAPLoss,
+        optimizer=torch.optim.Adam,
+        lr=lr,
+        max_epochs=max_epochs,
+        batch_size=batch_size,
+        train_split=None,
+        verbose=0,
+    )
+
+
+def module_dtype(module):
+    for p in module.parameters():
+        return p.dtype
+    return torch.float32
+
+
+def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precision, seed,
+              callbacks=()):
+    """Train the (cloned, uninitialized) skorch ``net`` to the MAP in place.
+
+    ``X`` (float numpy) is cast to the module's parameter dtype; ``y`` is int64
+    (categorical), float (Bernoulli) or 2-D float (Gaussian).
+    """
+    net.set_params(
+        criterion=MAPLoss,
+        criterion__likelihood=likelihood,
+        criterion__n_train=X.shape[0],
+        criterion__temperature=temperature,
+        criterion__sigma_noise=sigma_noise,
+        criterion__prior_precision=prior_precision,
+        train_split=None,
+    )
+    if callbacks:
+        net.set_params(callbacks=list(net.callbacks or []) + list(callbacks))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        net.initialize()
+        net.criterion_.attach(net.module_)
+        dtype = module_dtype(net.module_)
+        Xt = torch.as_tensor(np.ascontiguousarray(X)).to(dtype)
+        yt = torch.as_tensor(np.ascontiguousarray(y))
+        if likelihood != "categorical":
+            yt = yt.to(dtype)
+        net.partial_fit(Xt, yt)
+    net.criterion_.attach(nn.Module())  # drop the references: nothing to pickle twice
+    losses = [h.get("train_loss", 0.0) for h in net.history]
+    finite = all(np.isfinite(losses)) and all(
+        torch.isfinite(p).all() for p in net.module_.parameters()
+    )
+    if not finite:
+        raise ValueError(
+            "MAP training diverged (non-finite loss or weights). Lower the learning rate "
+            "(lr), scale the features (e.g. StandardScaler) or raise prior_precision."
+        )
+    return net

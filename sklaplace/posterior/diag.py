@@ -1,0 +1,28 @@
+"""Diagonal posterior: precision s·h + δ, elementwise."""
+
+import torch
+
+
+class DiagPosterior:
+    structure = "diag"
+
+    def __init__(self, h):
+        self.h = h.clamp_min(0)
+        self.n_params = h.numel()
+
+    def log_det(self, delta, s):
+        return torch.log(s * self.h + delta).sum()
+
+    def set_prior(self, delta, s):
+        self._var = 1.0 / (s * self.h + delta.detach())
+        return self
+
+    def functional_variance(self, J):
+        return torch.einsum("ncp,p,ndp->ncd", J, self._var, J)
+
+    def sample(self, n_samples, generator):
+        z = torch.randn(n_samples, self.n_params, generator=generator, dtype=self.h.dtype)
+        return z * self._var.sqrt()
+
+    def marginal_variance(self):
+        return self._var

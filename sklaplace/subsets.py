@@ -1,0 +1,244 @@
+"""Which weights the Laplace approximation covers: all, last layer, subnetwork.
+
+A subset is a *linearization target*: it knows its MAP parameter vector θ* of
+length P, evaluates the network with other values of those parameters, and
+returns per-row Jacobians ∂f/∂θ of shape (n, C, P).  Every subset also records
+where its parameters sit in the whole network (``whole_index``) and to which
+parameter tensor they belong (``group_index``), so that a prior precision
+given for the whole net (scalar, per tensor or per parameter) maps onto it.
+
+Subsets keep tensors only, never hooks, so fitted estimators pickle.
+"""
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, jacrev, vmap
+
+
+def named_params(module):
+    """The trainable parameters of ``module`` as an ordered list of (name, tensor)."""
+    return [(k, p) for k, p in module.named_parameters() if p.requires_grad]
+
+
+def param_offsets(module):
+    """Start offset of each trainable tensor in the flattened whole-net vector."""
+    sizes = [p.numel() for _, p in named_params(module)]
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+
+
+def find_last_linear(module, X):
+    """Run ``module`` on ``X`` and return the name of the last executed ``nn.Linear``.
+
+    Also returns that layer's input (the penultimate features) and the output.
+    The temporary forward hooks are removed before returning.
+    """
+    seen = []
+    handles = []
+    for name, sub in module.named_modules():
+        if isinstance(sub, nn.Linear):
+            handles.append(
+                sub.register_forward_hook(
+                    lambda m, inp, out, name=name: seen.append((name, inp[0], out))
+                )
+            )
+    try:
+        out = module(X)
+    finally:
+        for h in handles:
+            h.remove()
+    if not seen:
+        raise ValueError(
+            "subset_of_weights='last_layer' needs a module with an nn.Linear layer; "
+            "found none. Use subset_of_weights='all'."
+        )
+    name, features, last_out = seen[-1]
+    if last_out.numel() != out.numel() or not torch.equal(last_out.reshape(out.shape), out):
+        raise ValueError(
+            f"The network output does not come directly from its last nn.Linear "
+            f"layer {name!r}; subset_of_weights='last_layer' needs it to. "
+            "Use subset_of_weights='all' or 'subnetwork'."
+        )
+    return name, features
+
+
+def _as_2d(f, n):
+    return f.reshape(n, -1)
+
+
+class AllWeights:
+    """All trainable parameters of the module."""
+
+    kind = "all"
+
+    def __init__(self, module):
+        self.module = module
+        self.names = [k for k, _ in named_params(module)]
+        self.shapes = [tuple(p.shape) for _, p in named_params(module)]
+        self.theta = torch.cat([p.detach().reshape(-1) for _, p in named_params(module)])
+        self.n_params = self.theta.numel()
+        offsets = param_offsets(module)
+        self.whole_index = np.arange(self.n_params)
+        self.group_index = np.repeat(np.arange(len(self.names)), np.diff(offsets))
+
+    def _unflatten(self, theta):
+        params, start = {}, 0
+        for name, shape in zip(self.names, self.shapes):
+            size = int(np.prod(shape))
+            params[name] = theta[start : start + size].reshape(shape)
+            start += size
+        return params
+
+    def forward(self, X, theta=None):
+        if theta is None:
+            return _as_2d(self.module(X), X.shape[0])
+        return _as_2d(functional_call(self.module, self._unflatten(theta), (X,)), X.shape[0])
+
+    def jacobians(self, X):
+        params = self._unflatten(self.theta)
+
+        def single(p, x):
+            return functional_call(self.module, p, (x.unsqueeze(0),)).reshape(-1)
+
+        jac = vmap(jacrev(single), in_dims=(None, 0))(params, X)
+        n = X.shape[0]
+        J = torch.cat([jac[k].reshape(n, jac[k].shape[1], -1) for k in self.names], dim=2)
+        return self.forward(X), J
+
+    def linear_layers(self):
+        """(module name, weight slice, bias slice or None) for every nn.Linear.
+
+        Raises if some parameter lies outside nn.Linear layers (Kronecker
+        factors are defined for those only).
+        """
+        index = {k: i for i, k in enumerate(self.names)}
+        offsets = np.concatenate([[0], np.cumsum([np.prod(s) for s in self.shapes])]).astype(int)
+        layers, covered = [], set()
+        for name, sub in self.module.named_modules():
+            if not isinstance(sub, nn.Linear):
+                continue
+            prefix = f"{name}." if name else ""
+            w, b = index.get(prefix + "weight"), index.get(prefix + "bias")
+            if w is None:
+                continue
+            layers.append(
+                (
+                    sub,
+                    slice(offsets[w], offsets[w + 1]),
+                    None if b is None else slice(offsets[b], offsets[b + 1]),
+                )
+            )
+            covered.update(i for i in (w, b) if i is not None)
+        missing = [self.names[i] for i in range(len(self.names)) if i not in covered]
+        if missing:
+            raise ValueError(
+                "hessian_structure='kron' supports nn.Linear layers only; parameters "
+                f"{missing} are not in one. Use hessian_structure='diag' or 'full'."
+            )
+        return layers
+
+
+class LastLayer:
+    """Weights and bias of the last executed ``nn.Linear``: f = W φ(x) + b."""
+
+    kind = "last_layer"
+
+    def __init__(self, module, X):
+        self.module = module
+        self.layer_name, _ = find_last_linear(module, X)
+        layer = module.get_submodule(self.layer_name)
+        all_names = [k for k, _ in named_params(module)]
+        prefix = f"{self.layer_name}." if self.layer_name else ""
+        self.names = [prefix + "weight"] + ([prefix + "bias"] if layer.bias is not None else [])
+        self.n_out, self.n_features = layer.weight.shape
+        self.has_bias = layer.bias is not None
+        params = [layer.weight] + ([layer.bias] if self.has_bias else [])
+        self.shapes = [tuple(p.shape) for p in params]
+        self.theta = torch.cat([p.detach().reshape(-1) for p in params])
+        self.n_params = self.theta.numel()
+        offsets = param_offsets(module)
+        groups = [all_names.index(k) for k in self.names]
+        self.whole_index = np.concatenate([np.arange(offsets[g], offsets[g + 1]) for g in groups])
+        self.group_index = np.concatenate(
+            [np.full(offsets[g + 1] - offsets[g], g) for g in groups]
+        )
+
+    def features(self, X):
+        """Penultimate features φ(X), the input of the last layer."""
+        return find_last_linear(self.module, X)[1]
+
+    def _split(self, theta):
+        W = theta[..., : self.n_out * self.n_features].reshape(
+            *theta.shape[:-1], self.n_out, self.n_features
+        )
+        b = theta[..., self.n_out * self.n_features :] if self.has_bias else None
+        return W, b
+
+    def forward(self, X, theta=None, features=None):
+        phi = self.features(X) if features is None else features
+        W, b = self._split(self.theta if theta is None else theta)
+        f = phi @ W.transpose(-1, -2)
+        return f if b is None else f + b
+
+    def jacobians(self, X, features=None):
+        phi = self.features(X) if features is None else features
+        n, C = phi.shape[0], self.n_out
+        eye = torch.eye(C, dtype=phi.dtype, device=phi.device)
+        # ∂f_c/∂W[o, i] = δ_co φ_i  (row-major W), ∂f_c/∂b_o = δ_co.
+        J = (eye[None, :, :, None] * phi[:, None, None, :]).reshape(n, C, -1)
+        if self.has_bias:
+            J = torch.cat([J, eye.expand(n, C, C)], dim=2)
+        return self.forward(X, features=phi), J
+
+    def linear_layers(self):
+        layer = self.module.get_submodule(self.layer_name)
+        w = slice(0, self.n_out * self.n_features)
+        b = slice(w.stop, self.n_params) if self.has_bias else None
+        return [(layer, w, b)]
+
+
+class Subnetwork:
+    """A chosen set of individual weights; the others stay at the MAP."""
+
+    kind = "subnetwork"
+
+    def __init__(self, module, indices):
+        self._all = AllWeights(module)
+        self.module = module
+        self.indices = torch.as_tensor(np.sort(np.asarray(indices)), dtype=torch.long)
+        self.theta = self._all.theta[self.indices]
+        self.n_params = self.theta.numel()
+        self.whole_index = self.indices.numpy()
+        self.group_index = self._all.group_index[self.whole_index]
+
+    @staticmethod
+    def indices_from_names(module, names):
+        all_names = [k for k, _ in named_params(module)]
+        unknown = [k for k in names if k not in all_names]
+        if unknown:
+            raise ValueError(
+                f"subnetwork names {unknown} are not parameters of the module; "
+                f"known names: {all_names}."
+            )
+        offsets = param_offsets(module)
+        return np.concatenate(
+            [np.arange(offsets[all_names.index(k)], offsets[all_names.index(k) + 1]) for k in names]
+        )
+
+    def _full(self, theta):
+        full = self._all.theta.clone()
+        if theta.dim() == 1:
+            full[self.indices] = theta
+            return full
+        full = full.expand(theta.shape[0], -1).clone()
+        full[:, self.indices] = theta
+        return full
+
+    def forward(self, X, theta=None):
+        if theta is None:
+            return self._all.forward(X)
+        return self._all.forward(X, self._full(theta))
+
+    def jacobians(self, X):
+        f, J = self._all.jacobians(X)
+        return f, J[:, :, self.indices]
