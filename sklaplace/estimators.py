@@ -7,6 +7,7 @@ runs estimator → net at the MAP → Jacobians → posterior → distribution o
 """
 
 import copy
+import functools
 import numbers
 
 import numpy as np
@@ -67,6 +68,10 @@ def _positive_array(name, value):
             f"{name} must be a positive finite float or a 1-D array of them, got {value!r}."
         )
     return arr
+
+
+def _build_posterior(structure, subset, likelihood, X, y, curvature, rank, out_scale):
+    return compute_posterior(structure, subset, likelihood, X, y, out_scale, curvature, rank)
 
 
 class _BaseLaplace(BaseEstimator):
@@ -309,7 +314,7 @@ class _BaseLaplace(BaseEstimator):
 
     def _fit_laplace(self, X, y_model, likelihood_name, sigma0, y_scale):
         module = self._la_module()
-        Xt = torch.as_tensor(np.ascontiguousarray(X), dtype=torch.float64)
+        Xt = torch.tensor(np.asarray(X), dtype=torch.float64)
         likelihood = self._likelihood()
         n_out = module(Xt[:1]).reshape(1, -1).shape[1]
         self._check_outputs(n_out)
@@ -328,17 +333,15 @@ class _BaseLaplace(BaseEstimator):
         self.hessian_structure_ = structure
         self.n_params_ = int(subset.n_params)
 
-        def build(out_scale):
-            return compute_posterior(structure, subset, likelihood, Xt, yt, out_scale,
-                                     self.curvature, rank)
-
+        build = functools.partial(_build_posterior, structure, subset, likelihood, Xt, yt,
+                                  self.curvature, rank)
         posterior = build(self._out_scale)
         with torch.no_grad():
             f = subset.forward(Xt)
         if likelihood_name == "gaussian":
             sse = ((yt.reshape(f.shape) - f) ** 2).sum(0)
             evidence = Evidence(posterior, subset.theta.detach(), self.temperature, Xt.shape[0],
-                                sse=sse, rebuild=lambda s: build(1.0 / s))
+                                sse=sse, rebuild=build if vector_sigma else None)
         else:
             nll = likelihood.nll(f, yt).sum().item()
             evidence = Evidence(posterior, subset.theta.detach(), self.temperature, Xt.shape[0],
@@ -358,7 +361,7 @@ class _BaseLaplace(BaseEstimator):
         delta = self._subset_prior(subset, self.prior_precision_)
         self._sigma_fit = sigma
         if vector_sigma and not torch.equal(sigma, sigma_t):
-            posterior = build(1.0 / sigma)
+            posterior = evidence.posterior_for(sigma)
             evidence.posterior = posterior
         self._posterior = posterior.set_prior(delta, self._scale_for(sigma))
         with torch.no_grad():
@@ -436,7 +439,7 @@ class _BaseLaplace(BaseEstimator):
     # ------------------------------------------------------------ prediction
     def _X_tensor(self, X):
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
-        return torch.as_tensor(np.ascontiguousarray(X), dtype=torch.float64)
+        return torch.tensor(np.asarray(X), dtype=torch.float64)
 
     def _chunks(self, n, n_out):
         size = max(1, PREDICT_CHUNK_BYTES // (8 * max(1, n_out) * self._subset.n_params))
@@ -862,6 +865,11 @@ class LaplaceRegressor(RegressorMixin, _BaseLaplace):
         self._n_model_outputs = y2.shape[1]
         y_model = (y2 - self._y_mean) / self._y_std
         return self._fit(X, y_model, "gaussian", y2.shape[1], y_scale=self._y_std)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
 
     def _check_outputs(self, n_out):
         if n_out != self._n_model_outputs:

@@ -45,7 +45,8 @@ class Evidence:
     nll : float
         Summed negative log-likelihood at unit temperature (classification).
     rebuild : callable or None
-        ``sigma (C,) -> posterior`` for a per-output σ (curvature recomputed).
+        ``out_scale (C,) -> posterior`` for a per-output σ (the curvature is
+        recomputed with out_scale = 1/σ).
     """
 
     def __init__(self, posterior, theta, temperature, n_rows, sse=None, nll=0.0, rebuild=None):
@@ -68,7 +69,7 @@ class Evidence:
 
     def posterior_for(self, sigma):
         if self.gaussian and sigma.dim() > 0:
-            return self.rebuild(sigma.detach())
+            return self.rebuild(1.0 / sigma.detach())
         return self.posterior
 
     def __call__(self, delta, sigma=None):

@@ -169,8 +169,8 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
         net.initialize()
         net.criterion_.attach(net.module_)
         dtype = module_dtype(net.module_)
-        Xt = torch.as_tensor(np.ascontiguousarray(X)).to(dtype)
-        yt = torch.as_tensor(np.ascontiguousarray(y))
+        Xt = torch.tensor(np.asarray(X)).to(dtype)
+        yt = torch.tensor(np.asarray(y))
         if likelihood != "categorical":
             yt = yt.to(dtype)
         net.partial_fit(Xt, yt)
