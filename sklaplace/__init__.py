@@ -1,7 +1,8 @@
 """sklaplace: Laplace approximations for neural networks as scikit-learn estimators."""
 
 from .distributions import DirichletPrediction, LogitGaussianPrediction, NormalPrediction
-from .estimators import LaplaceClassifier, LaplaceRegressor
+from .classifier import LaplaceClassifier
+from .regressor import LaplaceRegressor
 
 __version__ = "0.1.0"
 

@@ -5,10 +5,11 @@ the diagonal and Kronecker structures (the full structure stores its P × P
 matrix, or the P × N·C factor when N·C < P, where the determinant lemma makes
 the kernel the cheaper object).
 
-The curvature is computed with unit temperature; ``out_scale`` (C,) multiplies
-the outputs' rows of Λ^½ (1/σ_c for a Gaussian likelihood with per-output
-noise, ones otherwise).  A scalar σ and the temperature are applied later as
-the factor ``s`` of the posterior structures.
+The curvature is computed with unit temperature and, for a Gaussian
+likelihood, at the per-output noise given by ``out_scale`` = 1/σ_c (ones for a
+scalar σ, which is applied later).  Λ = diag(1/σ²) gives the GGN factor
+diag(1/σ) and the EF gradient J_nᵀ diag(1/σ²) r_n, so a scalar σ enters the
+posterior structures as the factor s = 1/σ² (GGN) or 1/σ⁴ (EF), times 1/T.
 
 Notation: for row n, S_n is a square root of Λ_n (C × K) and J_n the C × P
 Jacobian; the GGN is Σ_n J_nᵀ S_n S_nᵀ J_n, the empirical Fisher Σ_n g_n g_nᵀ
@@ -37,6 +38,11 @@ def _row_factors(likelihood, f, y, out_scale, curvature):
     if curvature == "ggn":
         return likelihood.sqrt_hessian(f) * out_scale[None, :, None]
     return (likelihood.residual(f, y) * out_scale**2).unsqueeze(-1)
+
+
+def noise_power(curvature):
+    """The power p of the curvature's dependence 1/σᵖ on a scalar Gaussian noise."""
+    return 2 if curvature == "ggn" else 4
 
 
 def jacobian_bytes(n_rows, n_out, n_params):

@@ -17,6 +17,7 @@ import torch
 from scipy.optimize import minimize
 from sklearn.exceptions import ConvergenceWarning
 
+from .curvature import noise_power
 from .likelihoods import gaussian_log_likelihood
 
 LOG_PRIOR_BOUNDS = (math.log(1e-4), math.log(1e4))
@@ -27,6 +28,13 @@ def log_prior_term(theta, delta):
     if delta.dim() == 0:
         return -0.5 * delta * (theta @ theta) + 0.5 * theta.numel() * torch.log(delta)
     return -0.5 * (delta * theta**2).sum() + 0.5 * torch.log(delta).sum()
+
+
+def curvature_scale(gaussian, curvature, temperature, sigma):
+    """The factor s of the curvature: 1/T, times 1/σ² (GGN) or 1/σ⁴ (EF) for a scalar σ."""
+    if gaussian and sigma.dim() == 0:
+        return 1.0 / (sigma ** noise_power(curvature) * temperature)
+    return torch.tensor(1.0 / temperature, dtype=torch.float64)
 
 
 class Evidence:
@@ -44,18 +52,22 @@ class Evidence:
         Per-output sums of squared residuals (Gaussian likelihood), else None.
     nll : float
         Summed negative log-likelihood at unit temperature (classification).
+    curvature : {"ggn", "ef"}
+        The EF depends on a scalar σ as 1/σ⁴, the GGN as 1/σ².
     rebuild : callable or None
         ``out_scale (C,) -> posterior`` for a per-output σ (the curvature is
         recomputed with out_scale = 1/σ).
     """
 
-    def __init__(self, posterior, theta, temperature, n_rows, sse=None, nll=0.0, rebuild=None):
+    def __init__(self, posterior, theta, temperature, n_rows, sse=None, nll=0.0,
+                 curvature="ggn", rebuild=None):
         self.posterior = posterior
         self.theta = theta
         self.temperature = temperature
         self.n_rows = n_rows
         self.sse = sse
         self.nll = nll
+        self.curvature = curvature
         self.rebuild = rebuild
 
     @property
@@ -63,9 +75,7 @@ class Evidence:
         return self.sse is not None
 
     def scale(self, sigma):
-        if self.gaussian and sigma.dim() == 0:
-            return 1.0 / (sigma**2 * self.temperature)
-        return torch.as_tensor(1.0 / self.temperature, dtype=self.theta.dtype)
+        return curvature_scale(self.gaussian, self.curvature, self.temperature, sigma)
 
     def posterior_for(self, sigma):
         if self.gaussian and sigma.dim() > 0:

@@ -32,7 +32,16 @@ class KronPosterior:
             self.blocks.append((sl, decomposed, _block_eigvals([e for _, e in decomposed])))
 
     def _block_delta(self, delta, sl):
-        return delta if delta.dim() == 0 else delta[sl.start]
+        if delta.dim() == 0:
+            return delta
+        block = delta[sl].detach()
+        if (block != block[0]).any():
+            raise ValueError(
+                "hessian_structure='kron' needs one prior precision per weight or bias "
+                "tensor (scalar or layer-wise); got different values within one tensor. "
+                "Use hessian_structure='diag' or 'full' for a per-parameter prior."
+            )
+        return delta[sl.start]
 
     def log_det(self, delta, s):
         return sum(

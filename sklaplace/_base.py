@@ -1,0 +1,562 @@
+"""What LaplaceClassifier and LaplaceRegressor share: fit, LA, tuning, GLM moments.
+
+``fit`` validates, trains a copy of the skorch net to the MAP (or keeps a
+frozen one), builds the Laplace approximation on the chosen weights and
+structure, and tunes the prior precision (and σ) by the evidence.  Prediction
+runs net at the MAP → Jacobians → posterior → distribution objects.
+
+Prior precisions are given and reported in *whole-net form*: a float, one
+value per parameter tensor, or one per parameter.  Internally the Laplace
+weights see a 0-d tensor (scalar) or one value per Laplace weight.
+"""
+
+import copy
+import functools
+import numbers
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, clone
+from sklearn.frozen import FrozenEstimator
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, check_memory, validate_data
+
+from . import nets
+from .curvature import DEFAULT_MEMORY_BUDGET, compute_posterior, default_lowrank_rank, jacobian_bytes
+from .evidence import Evidence, curvature_scale, maximize_evidence
+from .likelihoods import LIKELIHOODS
+from .online import OnlineEvidence
+from .subsets import AllWeights, LastLayer, Subnetwork, named_params
+
+AUTO_FULL_MAX_PARAMS = 5000
+AUTO_LAST_LAYER_FULL_MAX = 2000
+PREDICT_CHUNK_BYTES = 2**26
+
+CHOICES = {
+    "prior_structure": ("scalar", "layerwise", "diag"),
+    "hyperparameter_tuning": ("evidence", "online", None),
+    "subset_of_weights": ("auto", "all", "last_layer", "subnetwork"),
+    "hessian_structure": ("auto", "full", "diag", "kron", "lowrank"),
+    "curvature": ("ggn", "ef"),
+    "pred_type": ("glm", "nn"),
+    "link_approx": ("probit", "bridge", "mc"),
+}
+
+
+def check_choice(name, value):
+    allowed = CHOICES[name]
+    if not any(value is a or (isinstance(value, str) and value == a) for a in allowed):
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}.")
+
+
+def check_positive(name, value, integer=False, allow_none=False, allow_zero=False):
+    if value is None and allow_none:
+        return
+    kind = numbers.Integral if integer else numbers.Real
+    ok = isinstance(value, kind) and not isinstance(value, bool) and np.isfinite(value)
+    if not ok or not (value >= 0 if allow_zero else value > 0):
+        what = "integer" if integer else "number"
+        sign = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{name} must be a {sign} {what}, got {value!r}.")
+
+
+def positive_array(name, value):
+    """A positive finite float or 1-D array of them, as a float array."""
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.ndim > 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(
+            f"{name} must be a positive finite float or a 1-D array of them, got {value!r}."
+        )
+    return arr
+
+
+def expand_prior(prior, sizes):
+    """Whole-net prior (float, per tensor or per parameter) → one value per parameter."""
+    arr = np.asarray(prior, dtype=float)
+    total = int(np.sum(sizes))
+    if arr.ndim == 0:
+        return np.full(total, float(arr))
+    if arr.size == len(sizes):
+        return np.repeat(arr, sizes)
+    if arr.size == total:
+        return arr.copy()
+    raise ValueError(
+        f"prior_precision has {arr.size} values; expected a float, one value per parameter "
+        f"tensor ({len(sizes)}: weight and bias of each layer) or one per parameter ({total})."
+    )
+
+
+def _build_posterior(structure, subset, likelihood, X, y, curvature, rank, out_scale):
+    return compute_posterior(structure, subset, likelihood, X, y, out_scale, curvature, rank)
+
+
+def _tensor_sizes(module):
+    return [p.numel() for _, p in named_params(module)]
+
+
+class BaseLaplace(BaseEstimator):
+    """Shared machinery; subclasses set ``_likelihood_kinds`` and the target handling."""
+
+    _likelihood_kinds = ()
+
+    # ------------------------------------------------------------ validation
+    def _validate_params(self):
+        for name in ("prior_structure", "hyperparameter_tuning", "subset_of_weights",
+                     "hessian_structure", "curvature", "pred_type"):
+            check_choice(name, getattr(self, name))
+        for name in ("max_epochs", "batch_size", "n_samples", "online_frequency", "online_steps"):
+            check_positive(name, getattr(self, name), integer=True)
+        check_positive("online_burn_in", self.online_burn_in, integer=True, allow_zero=True)
+        for name in ("lr", "temperature", "online_lr"):
+            check_positive(name, getattr(self, name))
+        check_positive("lowrank_rank", self.lowrank_rank, integer=True, allow_none=True)
+        sizes = self.hidden_layer_sizes
+        if not isinstance(sizes, (tuple, list)) or not all(
+            isinstance(h, numbers.Integral) and not isinstance(h, bool) and h > 0 for h in sizes
+        ):
+            raise ValueError(f"hidden_layer_sizes must be a tuple of positive integers, got {sizes!r}.")
+        positive_array("prior_precision", self.prior_precision)
+        if self.subset_of_weights == "subnetwork":
+            if self.subnetwork is None:
+                raise ValueError(
+                    "subset_of_weights='subnetwork' needs subnetwork= (an int S or a list of "
+                    "parameter names)."
+                )
+            if self.hessian_structure not in ("auto", "full", "diag"):
+                raise ValueError(
+                    "subset_of_weights='subnetwork' supports hessian_structure 'full' or 'diag' "
+                    f"only, got {self.hessian_structure!r}."
+                )
+        if self.hessian_structure == "kron" and self.prior_structure == "diag":
+            raise ValueError(
+                "prior_structure='diag' is not supported with hessian_structure='kron' (the "
+                "Kronecker eigenbasis needs one prior per weight tensor); use 'scalar' or "
+                "'layerwise'."
+            )
+        if self.hyperparameter_tuning == "online":
+            if self.subset_of_weights not in ("auto", "all"):
+                raise ValueError(
+                    "hyperparameter_tuning='online' needs subset_of_weights='all' (online evidence "
+                    f"training only works over all weights), got {self.subset_of_weights!r}."
+                )
+            if isinstance(self.net, FrozenEstimator):
+                raise ValueError(
+                    "hyperparameter_tuning='online' trains the network; it cannot be used with a "
+                    "FrozenEstimator net."
+                )
+
+    # ------------------------------------------------------------ the network
+    def _prepare_net(self, n_features, n_outputs):
+        """(uninitialized net copy or None, frozen fitted net or None, likelihood or None)."""
+        net = self.net
+        if net is None:
+            return (nets.default_net(n_features, n_outputs, self.hidden_layer_sizes,
+                                     self.max_epochs, self.lr, self.batch_size), None, None)
+        if isinstance(net, FrozenEstimator):
+            inner = net.estimator
+            if not getattr(inner, "initialized_", False):
+                raise ValueError(
+                    "net=FrozenEstimator(...) needs an initialized, trained skorch net; got an "
+                    f"uninitialized {type(inner).__name__}. Fit it first."
+                )
+            return None, inner, nets.likelihood_of(inner)
+        from skorch import NeuralNet
+
+        if not isinstance(net, NeuralNet):
+            raise ValueError(
+                "net must be None, a skorch NeuralNet (NeuralNetClassifier, NeuralNetRegressor, "
+                f"...) or sklearn.frozen.FrozenEstimator(trained_net); got {type(net).__name__}."
+            )
+        likelihood = nets.likelihood_of(net)
+        nets.check_no_weight_decay(net)
+        net_copy = clone(net)
+        for key in [k for k in vars(net_copy) if k.startswith("criterion__")]:
+            delattr(net_copy, key)
+        return net_copy, None, likelihood
+
+    def _param_sizes(self, net, n_features, n_outputs):
+        """Sizes of the parameter tensors of the net to be trained."""
+        if self.net is None:
+            sizes, d_in = [], n_features
+            for h in (*self.hidden_layer_sizes, n_outputs):
+                sizes += [h * d_in, h]
+                d_in = h
+            return sizes
+        with torch.random.fork_rng(devices=[]):
+            return _tensor_sizes(clone(net).initialize().module_)
+
+    # ------------------------------------------------------------ fit
+    def _fit(self, X, y_model, likelihood_default, n_outputs, y_scale):
+        """Train (or take) the net, fit the LA and tune; ``y_model`` is in model units."""
+        self._validate_params()
+        rng = check_random_state(self.random_state)
+        train_seed, self._prediction_seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
+        net, frozen, likelihood = self._prepare_net(X.shape[1], n_outputs)
+        likelihood = likelihood or likelihood_default
+        if likelihood not in self._likelihood_kinds:
+            raise ValueError(
+                f"The net's criterion gives a {likelihood} likelihood, which "
+                f"{type(self).__name__} does not support."
+            )
+        self._likelihood_name = likelihood
+        sigma0 = self._initial_sigma(n_outputs)
+        if frozen is not None:
+            self.net_ = frozen
+        else:
+            sizes = self._param_sizes(net, X.shape[1], n_outputs)
+            online = self.hyperparameter_tuning == "online"
+            train = check_memory(self.memory).cache(nets.train_map)
+            self.net_ = train(
+                net, X, self._y_for_training(y_model, likelihood), likelihood=likelihood,
+                temperature=self.temperature, sigma_noise=np.asarray(sigma0, dtype=float),
+                prior_precision=self._training_prior(sizes), seed=train_seed,
+                callbacks=self._online_callbacks(sizes, y_model) if online else (),
+            )
+        self._fit_laplace(X, y_model, sigma0, y_scale)
+        return self
+
+    def _training_prior(self, sizes):
+        arr = np.asarray(self.prior_precision, dtype=float)
+        return float(arr) if arr.ndim == 0 else expand_prior(arr, sizes)
+
+    def _y_for_training(self, y_model, likelihood):
+        if likelihood == "categorical":
+            return y_model.astype(np.int64)
+        if likelihood == "bernoulli":
+            return y_model.astype(np.float32)
+        return y_model.reshape(y_model.shape[0], -1)
+
+    def _online_callbacks(self, sizes, y_model):
+        structure = self.hessian_structure
+        if structure == "auto":
+            structure = "full" if sum(sizes) <= AUTO_FULL_MAX_PARAMS else "kron"
+        gaussian = self._likelihood_name == "gaussian"
+        return [OnlineEvidence(
+            self._likelihood_name, hessian_structure=structure, curvature=self.curvature,
+            prior_structure=self.prior_structure, frequency=self.online_frequency,
+            burn_in=self.online_burn_in, n_steps=self.online_steps, lr=self.online_lr,
+            temperature=self.temperature, lowrank_rank=self.lowrank_rank,
+            sigma_floor=1e-3 * float(np.std(y_model)) if gaussian else 0.0,
+        )]
+
+    # ------------------------------------------------------------ the LA
+    def _la_module(self):
+        module = copy.deepcopy(self.net_.module_).to(torch.float64).eval()
+        for p in module.parameters():
+            p.requires_grad_(True)
+        return module
+
+    def _resolve_subset(self, module, X, y, out_scale, n_out):
+        kind, structure = self.subset_of_weights, self.hessian_structure
+        if kind == "auto":
+            n_all = sum(_tensor_sizes(module))
+            fits = jacobian_bytes(X.shape[0], n_out, n_all) <= DEFAULT_MEMORY_BUDGET
+            if structure in ("auto", "full"):
+                kind = "all" if n_all <= AUTO_FULL_MAX_PARAMS and fits else "last_layer"
+            else:
+                kind = "all"
+        if kind == "all":
+            subset = AllWeights(module)
+        elif kind == "last_layer":
+            subset = LastLayer(module, X[:2])
+        else:
+            subset = Subnetwork(module, self._subnetwork_indices(module, X, y, out_scale))
+        if structure == "auto":
+            small = kind != "last_layer" or subset.n_params <= AUTO_LAST_LAYER_FULL_MAX
+            structure = "full" if small else "kron"
+        return subset, kind, structure
+
+    def _subnetwork_indices(self, module, X, y, out_scale):
+        """Indices of the S weights of largest marginal variance under a diagonal LA."""
+        spec = self.subnetwork
+        if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
+            everything = AllWeights(module)
+            if not 0 < spec <= everything.n_params:
+                raise ValueError(
+                    f"subnetwork={spec} must be between 1 and the number of weights "
+                    f"({everything.n_params})."
+                )
+            diag = compute_posterior("diag", everything, self._likelihood(), X, y, out_scale,
+                                     self.curvature)
+            delta = self._subset_prior(everything, self.prior_precision)
+            sigma = torch.as_tensor(self._initial_sigma(out_scale.numel()), dtype=torch.float64)
+            var = diag.set_prior(delta, self._curvature_scale(sigma)).marginal_variance()
+            return torch.argsort(var, descending=True)[:spec].numpy()
+        if isinstance(spec, (list, tuple)) and spec and all(isinstance(s, str) for s in spec):
+            return Subnetwork.indices_from_names(module, list(spec))
+        raise ValueError(f"subnetwork must be a positive int or a list of parameter names, got {spec!r}.")
+
+    def _prior_per_tensor(self):
+        """Whether prior_precision is constant within every parameter tensor."""
+        arr = np.asarray(self.prior_precision, dtype=float)
+        if arr.ndim == 0:
+            return True
+        sizes = _tensor_sizes(self.net_.module_)
+        whole = expand_prior(arr, sizes)
+        return all(np.all(part == part[0]) for part in np.split(whole, np.cumsum(sizes)[:-1]))
+
+    def _likelihood(self):
+        return LIKELIHOODS[self._likelihood_name]()
+
+    def _curvature_scale(self, sigma):
+        gaussian = self._likelihood_name == "gaussian"
+        return curvature_scale(gaussian, self.curvature, self.temperature, sigma)
+
+    def _subset_prior(self, subset, prior):
+        """Whole-net prior → 0-d tensor or one value per Laplace weight."""
+        arr = np.asarray(prior, dtype=float)
+        if arr.ndim == 0:
+            return torch.tensor(float(arr), dtype=torch.float64)
+        return torch.as_tensor(expand_prior(arr, _tensor_sizes(subset.module))[subset.whole_index])
+
+    def _fit_laplace(self, X, y_model, sigma0, y_scale):
+        module = self._la_module()
+        Xt = torch.tensor(np.asarray(X), dtype=torch.float64)
+        yt = torch.as_tensor(np.ascontiguousarray(y_model))
+        likelihood = self._likelihood()
+        with torch.no_grad():
+            n_out = module(Xt[:1]).reshape(1, -1).shape[1]
+        self._check_outputs(n_out)
+        sigma_init = torch.as_tensor(np.asarray(sigma0, dtype=float), dtype=torch.float64)
+        vector_sigma = self._likelihood_name == "gaussian" and sigma_init.dim() > 0
+        out_scale = 1.0 / sigma_init if vector_sigma else torch.ones(n_out, dtype=torch.float64)
+        subset, kind, structure = self._resolve_subset(module, Xt, yt, out_scale, n_out)
+        if structure == "kron" and (self.prior_structure == "diag" or not self._prior_per_tensor()):
+            raise ValueError(
+                "hessian_structure='kron' needs one prior precision per weight or bias tensor: "
+                "use prior_structure 'scalar' or 'layerwise' and a prior_precision that is a "
+                "float or has one value per parameter tensor, or another hessian_structure."
+            )
+        rank = None
+        if structure == "lowrank":
+            rank = self.lowrank_rank or default_lowrank_rank(subset.n_params)
+        self._subset = subset
+        self.subset_of_weights_, self.hessian_structure_ = kind, structure
+        self.n_params_ = int(subset.n_params)
+
+        build = functools.partial(_build_posterior, structure, subset, likelihood, Xt, yt,
+                                  self.curvature, rank)
+        with torch.no_grad():
+            f = subset.forward(Xt)
+        theta = subset.theta.detach()
+        if self._likelihood_name == "gaussian":
+            sse = ((yt.reshape(f.shape) - f) ** 2).sum(0)
+            evidence = Evidence(build(out_scale), theta, self.temperature, len(Xt), sse=sse,
+                                curvature=self.curvature, rebuild=build if vector_sigma else None)
+        else:
+            nll = likelihood.nll(f, yt).sum().item()
+            evidence = Evidence(build(out_scale), theta, self.temperature, len(Xt), nll=nll,
+                                curvature=self.curvature)
+
+        prior, sigma = self.prior_precision, sigma_init
+        if self.hyperparameter_tuning == "evidence":
+            prior, sigma = self._tune(evidence, subset, sigma_init, y_model)
+        elif self.hyperparameter_tuning == "online":
+            prior, sigma = self._online_result(y_scale, len(Xt))
+        arr = np.asarray(prior, dtype=float)
+        self.prior_precision_ = float(arr) if arr.ndim == 0 else arr
+        delta = self._subset_prior(subset, self.prior_precision_)
+        if vector_sigma:  # the curvature depends on a per-output σ: recompute it at the optimum
+            evidence.posterior = evidence.posterior_for(sigma)
+        self._evidence = evidence
+        self._sigma_fit = sigma
+        self._posterior = evidence.posterior.set_prior(delta, self._curvature_scale(sigma))
+        with torch.no_grad():
+            log_ev = float(evidence(delta, sigma))
+        self.log_evidence_ = log_ev + self._evidence_offset(y_scale, len(Xt))
+        self._set_sigma_attr(sigma, y_scale)
+
+    def _tune(self, evidence, subset, sigma, y_model):
+        """Bounded maximisation of the evidence; returns (whole-net prior, σ tensor)."""
+        start = self._subset_prior(subset, self.prior_precision).expand(subset.n_params)
+        if self.prior_structure == "scalar":
+            free = np.zeros(subset.n_params, dtype=int)
+        elif self.prior_structure == "layerwise":
+            free = np.unique(subset.group_index, return_inverse=True)[1]
+        else:
+            free = np.arange(subset.n_params)
+        log0 = [float(start[free == g].log().mean()) for g in range(free.max() + 1)]
+        free_t = torch.as_tensor(free)
+
+        def expand(values):
+            return values[0] if self.prior_structure == "scalar" else values[free_t]
+
+        log_sigma0 = floor = None
+        if evidence.gaussian:
+            log_sigma0 = np.log(sigma.numpy())
+            spread = np.std(np.asarray(y_model).reshape(len(y_model), -1), axis=0)
+            floor = 1e-3 * np.maximum(spread, 1e-12)
+            floor = floor.mean() if sigma.dim() == 0 else floor
+        log_delta, log_sigma = maximize_evidence(evidence, log0, expand, log_sigma0, floor)
+        values = np.exp(log_delta)
+        if evidence.gaussian:
+            sigma = torch.as_tensor(np.exp(log_sigma), dtype=torch.float64)
+        if self.prior_structure == "scalar":
+            return float(values[0]), sigma
+        sizes = _tensor_sizes(subset.module)
+        whole = expand_prior(self.prior_precision, sizes)
+        whole[subset.whole_index] = values[free]
+        if self.prior_structure == "layerwise":
+            return whole[np.cumsum([0, *sizes[:-1]])], sigma
+        return whole, sigma
+
+    def _online_result(self, y_scale, n_rows):
+        """Hyperparameters of the last online update (whole-net form) and the history."""
+        callback = next(cb for _, cb in self.net_.callbacks_ if isinstance(cb, OnlineEvidence))
+        offset = self._evidence_offset(y_scale, n_rows)
+        self.evidence_history_ = [
+            {**h, "log_evidence": h["log_evidence"] + offset,
+             "sigma_noise": None if h["sigma_noise"] is None else self._sigma_original(
+                 torch.as_tensor(h["sigma_noise"]))}
+            for h in callback.history_
+        ]
+        crit = self.net_.criterion_
+        delta = torch.as_tensor(crit.prior_precision, dtype=torch.float64).cpu()
+        if delta.dim() == 0:
+            prior = float(delta)
+        elif self.prior_structure == "layerwise" and callback.history_:
+            prior = callback.history_[-1]["prior_precision"]
+        else:
+            prior = delta.numpy()
+        return prior, torch.as_tensor(crit.sigma_noise, dtype=torch.float64).cpu()
+
+    # hooks for the targets (the regressor overrides them)
+    def _initial_sigma(self, n_outputs):
+        return 1.0
+
+    def _check_outputs(self, n_out):
+        pass
+
+    def _evidence_offset(self, y_scale, n_rows):
+        return 0.0
+
+    def _set_sigma_attr(self, sigma, y_scale):
+        pass
+
+    # ------------------------------------------------------------ evidence
+    def _log_evidence(self, prior_precision, sigma):
+        check_is_fitted(self)
+        prior = self.prior_precision_ if prior_precision is None else prior_precision
+        positive_array("prior_precision", prior)
+        delta = self._subset_prior(self._subset, prior)
+        with torch.no_grad():
+            return float(self._evidence(delta, sigma))
+
+    # ------------------------------------------------------------ prediction
+    def _X_tensor(self, X):
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        return torch.tensor(np.asarray(X), dtype=torch.float64)
+
+    def _row_chunks(self, n_rows):
+        per_row = 8 * self._n_model_outputs * self._subset.n_params
+        size = max(1, PREDICT_CHUNK_BYTES // per_row)
+        return [slice(s, min(s + size, n_rows)) for s in range(0, n_rows, size)]
+
+    def _glm_moments(self, Xt):
+        """MAP outputs (n, C) and functional covariance J Σ Jᵀ (n, C, C)."""
+        means, covs = [], []
+        with torch.no_grad():
+            for sl in self._row_chunks(len(Xt)):
+                f, J = self._subset.jacobians(Xt[sl])
+                means.append(f)
+                covs.append(self._posterior.functional_variance(J))
+        return torch.cat(means), torch.cat(covs)
+
+    def _generator(self, seed=None):
+        gen = torch.Generator()
+        gen.manual_seed(self._prediction_seed if seed is None else seed)
+        return gen
+
+    def _nn_samples(self, Xt, n_samples, generator):
+        """Network outputs at weight samples θ* + ε, ε ~ N(0, Σ): (S, n, C)."""
+        with torch.no_grad():
+            thetas = self._subset.theta + self._posterior.sample(n_samples, generator)
+            return torch.stack([self._subset.forward(Xt, theta) for theta in thetas])
+
+    def _function_samples(self, X, n_samples, random_state):
+        """Functions from the posterior: GLM f + J(θ − θ*), or the net at θ."""
+        check_is_fitted(self)
+        check_positive("n_samples", n_samples, integer=True)
+        Xt = self._X_tensor(X)
+        gen = self._generator(check_random_state(random_state).randint(0, 2**31 - 1))
+        if self.pred_type == "nn":
+            return self._nn_samples(Xt, n_samples, gen)
+        with torch.no_grad():
+            eps = self._posterior.sample(n_samples, gen)
+            out = []
+            for sl in self._row_chunks(len(Xt)):
+                f, J = self._subset.jacobians(Xt[sl])
+                out.append(f[None] + torch.einsum("ncp,sp->snc", J, eps))
+            return torch.cat(out, dim=1)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+PARAMS_DOC = """
+    net : skorch NeuralNet, FrozenEstimator or None, default=None
+        The network. ``None`` builds a tanh MLP sized from the data
+        (``hidden_layer_sizes``, trained with Adam). A skorch net (criterion
+        ``CrossEntropyLoss``, ``BCEWithLogitsLoss`` or ``MSELoss``) is copied and
+        trained to the MAP inside ``fit`` (``self.net`` is never mutated);
+        ``FrozenEstimator(trained_net)`` keeps its weights and fits only the LA.
+    hidden_layer_sizes : tuple of int, default=(50,)
+        Hidden widths of the default MLP (``net=None`` only).
+    max_epochs : int, default=200
+        Training epochs of the default MLP.
+    lr : float, default=1e-2
+        Adam learning rate of the default MLP.
+    batch_size : int, default=128
+        Mini-batch size of the default MLP.
+    prior_precision : float or array-like, default=1.0
+        Precision δ of the prior N(0, δ⁻¹I): a float, one value per parameter
+        tensor (weight and bias of each layer) or one per parameter. It is the
+        prior of MAP training and the start of evidence tuning.
+    prior_structure : {"scalar", "layerwise", "diag"}, default="scalar"
+        Granularity of the prior precision that evidence tuning uses.
+    hyperparameter_tuning : {"evidence", "online"} or None, default="evidence"
+        ``"evidence"``: maximise the Laplace log evidence after training,
+        bounded to log10 δ ∈ [−4, 4] (warns at a bound). ``"online"``: Immer et
+        al. (2021) Alg. 1 during training (all weights). ``None``: keep the
+        given values (use this in GridSearchCV over ``prior_precision``).
+    subset_of_weights : {"auto", "all", "last_layer", "subnetwork"}, default="auto"
+        The weights under the LA. ``"auto"``: all weights with the full structure
+        up to 5,000 parameters (within the memory budget), else the last layer
+        (full up to 2,000 weights, else kron).
+    hessian_structure : {"auto", "full", "diag", "kron", "lowrank"}, default="auto"
+        Structure of the curvature and the posterior.
+    subnetwork : int, list of str or None, default=None
+        With ``subset_of_weights="subnetwork"``: the number S of weights of
+        largest marginal variance under a diagonal LA, or parameter names.
+    lowrank_rank : int or None, default=None
+        Rank k of ``"lowrank"``; ``None`` uses min(P, 100).
+    curvature : {"ggn", "ef"}, default="ggn"
+        Generalized Gauss-Newton or empirical Fisher.
+    pred_type : {"glm", "nn"}, default="glm"
+        Linearized (GLM) predictive, or sampling weights and running the net.
+    n_samples : int, default=100
+        Samples of the ``"mc"`` link and of ``pred_type="nn"``.
+    temperature : float, default=1.0
+        The log-likelihood is divided by T in the MAP objective, the curvature
+        and the evidence."""
+
+ONLINE_DOC = """
+    online_frequency : int, default=5
+        Online tuning: epochs F between hyperparameter updates.
+    online_burn_in : int, default=0
+        Online tuning: epochs before the first update.
+    online_steps : int, default=100
+        Online tuning: Adam steps K on the log hyperparameters per update.
+    online_lr : float, default=0.1
+        Online tuning: Adam learning rate on the log hyperparameters.
+    memory : None, str or joblib.Memory, default=None
+        Caches the trained MAP network, keyed on the net, the training prior,
+        the data and ``random_state``: refits that change only Laplace
+        parameters skip training.
+    random_state : int, RandomState or None, default=None
+        Seeds initialization, batches and the prediction seed of MC draws."""

@@ -1,0 +1,235 @@
+"""LaplaceClassifier: a neural network classifier with a Laplace posterior."""
+
+import numpy as np
+import torch
+from sklearn.base import ClassifierMixin
+from sklearn.preprocessing import LabelEncoder
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._base import ONLINE_DOC, PARAMS_DOC, BaseLaplace, check_choice
+from .distributions import LogitGaussianPrediction
+
+
+class LaplaceClassifier(ClassifierMixin, BaseLaplace):
+    __doc__ = (
+        """Neural network classifier with a Laplace approximation posterior.
+
+    Trains a skorch net to the MAP (the prior as weight decay), fits a Gaussian
+    posterior around it from the curvature and predicts with the linearized
+    (GLM) predictive. Binary problems with the default MLP use one logit
+    (Bernoulli likelihood), multi-class problems one logit per class.
+
+    Parameters
+    ----------"""
+        + PARAMS_DOC
+        + """
+    link_approx : {"probit", "bridge", "mc"}, default="probit"
+        Approximation of the expected softmax (sigmoid) under the Gaussian over
+        logits: (extended) probit, Laplace-bridge Dirichlet mean, or Monte Carlo."""
+        + ONLINE_DOC
+        + """
+
+    Attributes
+    ----------
+    net_ : skorch NeuralNet
+        The fitted network (the frozen one for ``FrozenEstimator``).
+    classes_ : ndarray of shape (n_classes,)
+    prior_precision_ : float or ndarray
+        Prior precision after tuning, in the form of ``prior_precision``.
+    subset_of_weights_ : str
+    hessian_structure_ : str
+        What ``"auto"`` resolved to.
+    n_params_ : int
+        Number of weights under the Laplace approximation.
+    log_evidence_ : float
+        Laplace log marginal likelihood of the fit.
+    evidence_history_ : list of dict
+        Online tuning only: epoch, log_evidence, prior_precision per update.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only with pandas input.
+
+    See Also
+    --------
+    LaplaceRegressor : the regression counterpart.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from sklaplace import LaplaceClassifier
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> clf = make_pipeline(StandardScaler(), LaplaceClassifier(max_epochs=20, random_state=0))
+    >>> clf.fit(X, y).predict_proba(X[:2]).shape
+    (2, 2)
+    """
+    )
+
+    _likelihood_kinds = ("categorical", "bernoulli")
+
+    def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
+                 batch_size=128, prior_precision=1.0, prior_structure="scalar",
+                 hyperparameter_tuning="evidence", subset_of_weights="auto",
+                 hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
+                 pred_type="glm", link_approx="probit", n_samples=100, temperature=1.0,
+                 online_frequency=5, online_burn_in=0, online_steps=100, online_lr=0.1,
+                 memory=None, random_state=None):
+        self.net = net
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.max_epochs = max_epochs
+        self.lr = lr
+        self.batch_size = batch_size
+        self.prior_precision = prior_precision
+        self.prior_structure = prior_structure
+        self.hyperparameter_tuning = hyperparameter_tuning
+        self.subset_of_weights = subset_of_weights
+        self.hessian_structure = hessian_structure
+        self.subnetwork = subnetwork
+        self.lowrank_rank = lowrank_rank
+        self.curvature = curvature
+        self.pred_type = pred_type
+        self.link_approx = link_approx
+        self.n_samples = n_samples
+        self.temperature = temperature
+        self.online_frequency = online_frequency
+        self.online_burn_in = online_burn_in
+        self.online_steps = online_steps
+        self.online_lr = online_lr
+        self.memory = memory
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        """Train the network to the MAP, fit the Laplace approximation and tune it.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Class labels of any type.
+
+        Returns
+        -------
+        self : LaplaceClassifier
+        """
+        check_choice("link_approx", self.link_approx)
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        check_classification_targets(y)
+        encoder = LabelEncoder().fit(y)
+        self.classes_ = encoder.classes_
+        if len(self.classes_) < 2:
+            raise ValueError(
+                "LaplaceClassifier needs at least two classes in y; got one class "
+                f"({self.classes_[0]!r})."
+            )
+        single_logit = len(self.classes_) == 2 and self.net is None
+        self._n_model_outputs = 1 if single_logit else len(self.classes_)
+        default = "bernoulli" if single_logit else "categorical"
+        return self._fit(X, encoder.transform(y), default, self._n_model_outputs, None)
+
+    def _check_outputs(self, n_out):
+        expected = 1 if self._likelihood_name == "bernoulli" else len(self.classes_)
+        if n_out != expected:
+            raise ValueError(
+                f"The network outputs {n_out} values per row but the {self._likelihood_name} "
+                f"likelihood with {len(self.classes_)} classes needs {expected}."
+            )
+        self._n_model_outputs = n_out
+
+    def log_evidence(self, prior_precision=None):
+        """Laplace log marginal likelihood at the fitted or given prior precision.
+
+        Parameters
+        ----------
+        prior_precision : float or array-like, default=None
+            Whole-net form as the constructor parameter; ``None`` uses
+            ``prior_precision_``.
+
+        Returns
+        -------
+        log_evidence : float
+        """
+        return self._log_evidence(prior_precision, None)
+
+    def predict_dist(self, X):
+        """The Gaussian over logits of the Laplace predictive.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        dist : LogitGaussianPrediction
+            ``dist.proba()`` equals ``predict_proba(X)``.
+        """
+        check_is_fitted(self)
+        Xt = self._X_tensor(X)
+        samples = None
+        if self.pred_type == "nn":
+            samples = self._nn_samples(Xt, self.n_samples, self._generator())
+            mean = samples.mean(0)
+            centered = samples - mean
+            cov = torch.einsum("snc,snd->ncd", centered, centered) / max(1, self.n_samples - 1)
+            link = "nn"
+        else:
+            mean, cov = self._glm_moments(Xt)
+            link = self.link_approx
+        single = self._likelihood_name == "bernoulli"
+        if single:  # one Bernoulli logit f ↦ the two logits (−f/2, f/2)
+            mean = torch.cat([-mean / 2, mean / 2], dim=1)
+            v = cov[:, 0, 0] / 4
+            cov = torch.stack([torch.stack([v, -v], -1), torch.stack([-v, v], -1)], -2)
+            if samples is not None:
+                samples = torch.cat([-samples / 2, samples / 2], dim=2)
+        return LogitGaussianPrediction(
+            logit_mean=mean.numpy(), logit_cov=cov.numpy(), link=link, n_samples=self.n_samples,
+            seed=self._prediction_seed, single_logit=single,
+            logit_samples=None if samples is None else samples.numpy(),
+        )
+
+    def predict_proba(self, X):
+        """Laplace predictive class probabilities, columns in ``classes_`` order.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+        """
+        check_is_fitted(self)
+        return self.predict_dist(X).proba()
+
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def decision_function(self, X):
+        """Log-odds of the Laplace predictive.
+
+        Binary: log p₁ − log p₀, shape (n_samples,); multi-class: ``predict_log_proba``.
+        """
+        log_proba = self.predict_log_proba(X)
+        if len(self.classes_) == 2:
+            return log_proba[:, 1] - log_proba[:, 0]
+        return log_proba
+
+    def predict(self, X):
+        """The class of largest Laplace predictive probability."""
+        check_is_fitted(self)
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def sample_functions(self, X, n_samples=1, random_state=None):
+        """Logit functions drawn from the posterior.
+
+        GLM: f(x, θ*) + J(x)(θ − θ*); ``pred_type="nn"``: f(x, θ).
+
+        Returns
+        -------
+        samples : ndarray of shape (n_samples, n_rows, n_outputs)
+        """
+        return self._function_samples(X, n_samples, random_state).numpy()

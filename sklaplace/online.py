@@ -1,0 +1,148 @@
+"""Online marginal-likelihood training (Immer et al. 2021, Alg. 1) as a skorch callback.
+
+Every ``frequency`` epochs after ``burn_in``, the callback fits a Laplace
+approximation over all weights at the current parameters and takes
+``n_steps`` Adam steps (learning rate ``lr``) on the log evidence with respect
+to the log prior precisions (and log σ for regression); the new prior is fed
+back into the training objective through the criterion (:class:`~sklaplace.nets.MAPLoss`).
+"""
+
+import copy
+
+import numpy as np
+import torch
+from skorch.callbacks import Callback
+
+from .curvature import compute_posterior
+from .evidence import LOG_PRIOR_BOUNDS, Evidence
+from .likelihoods import LIKELIHOODS
+from .subsets import AllWeights
+
+
+class OnlineEvidence(Callback):
+    """Tune the prior precision (and σ) by the Laplace evidence during training.
+
+    Parameters
+    ----------
+    likelihood : {"categorical", "bernoulli", "gaussian"}
+    hessian_structure : {"full", "diag", "kron", "lowrank"}, default="full"
+    curvature : {"ggn", "ef"}, default="ggn"
+    prior_structure : {"scalar", "layerwise", "diag"}, default="layerwise"
+    frequency : int, default=5
+        F: epochs between hyperparameter updates.
+    burn_in : int, default=0
+        Epochs before the first update.
+    n_steps : int, default=100
+        K: Adam steps on the log hyperparameters per update.
+    lr : float, default=0.1
+        Adam learning rate on the log hyperparameters.
+    temperature : float, default=1.0
+    lowrank_rank : int or None, default=None
+    sigma_floor : float, default=0.0
+        Lower bound of σ (model units).
+
+    Attributes
+    ----------
+    history_ : list of dict
+        One entry per update: epoch, log_evidence (model units), prior_precision
+        (one value per parameter tensor) and sigma_noise.
+    """
+
+    def __init__(self, likelihood, *, hessian_structure="full", curvature="ggn",
+                 prior_structure="layerwise", frequency=5, burn_in=0, n_steps=100, lr=0.1,
+                 temperature=1.0, lowrank_rank=None, sigma_floor=0.0):
+        self.likelihood = likelihood
+        self.hessian_structure = hessian_structure
+        self.curvature = curvature
+        self.prior_structure = prior_structure
+        self.frequency = frequency
+        self.burn_in = burn_in
+        self.n_steps = n_steps
+        self.lr = lr
+        self.temperature = temperature
+        self.lowrank_rank = lowrank_rank
+        self.sigma_floor = sigma_floor
+
+    def initialize(self):
+        self.history_ = []
+        return self
+
+    def on_epoch_end(self, net, dataset_train=None, **kwargs):
+        epoch = len(net.history)
+        if epoch <= self.burn_in or (epoch - self.burn_in) % self.frequency:
+            return
+        module = copy.deepcopy(net.module_).to(torch.float64).eval()
+        X = torch.as_tensor(dataset_train.X).to(torch.float64)
+        y = torch.as_tensor(dataset_train.y)
+        y = y.to(torch.float64) if self.likelihood != "categorical" else y
+        crit = net.criterion_
+        delta, sigma, value = self.update(module, X, y, crit.prior_precision, crit.sigma_noise)
+        crit.prior_precision = delta
+        crit.sigma_noise = sigma
+        groups = AllWeights(module).group_index
+        starts = np.concatenate([[0], np.flatnonzero(np.diff(groups)) + 1])
+        per_group = delta.expand(len(groups))[starts] if delta.dim() == 0 else delta[starts]
+        self.history_.append({
+            "epoch": epoch,
+            "log_evidence": value,
+            "prior_precision": per_group.numpy().copy(),
+            "sigma_noise": sigma.numpy().copy() if self.likelihood == "gaussian" else None,
+        })
+
+    def update(self, module, X, y, prior_precision, sigma_noise):
+        """One round of K Adam steps; returns (δ per parameter or 0-d, σ, log evidence)."""
+        subset = AllWeights(module)
+        likelihood = LIKELIHOODS[self.likelihood]()
+        n_out = module(X[:1]).reshape(1, -1).shape[1]
+        with torch.no_grad():
+            posterior = compute_posterior(self.hessian_structure, subset, likelihood, X, y,
+                                          torch.ones(n_out, dtype=torch.float64),
+                                          self.curvature, self.lowrank_rank)
+            f = subset.forward(X)
+        gaussian = self.likelihood == "gaussian"
+        if gaussian:
+            sse = ((y.reshape(f.shape) - f) ** 2).sum(0)
+            evidence = Evidence(posterior, subset.theta, self.temperature, len(X), sse=sse,
+                                curvature=self.curvature)
+        else:
+            nll = likelihood.nll(f, y).sum().item()
+            evidence = Evidence(posterior, subset.theta, self.temperature, len(X), nll=nll,
+                                curvature=self.curvature)
+
+        if self.prior_structure == "scalar":
+            index = torch.zeros(subset.n_params, dtype=torch.long)
+        elif self.prior_structure == "layerwise":
+            index = torch.as_tensor(subset.group_index)
+        else:
+            index = torch.arange(subset.n_params)
+        start = prior_precision.to(torch.float64).expand(subset.n_params)
+        n_free = int(index.max()) + 1
+        counts = torch.bincount(index, minlength=n_free).to(torch.float64)
+        log_delta = torch.zeros(n_free, dtype=torch.float64).index_add_(0, index, start.log())
+        log_delta = (log_delta / counts).requires_grad_(True)
+        params = [log_delta]
+        sigma0 = sigma_noise.to(torch.float64)
+        if sigma0.dim() > 0 and sigma0.numel() > 1:
+            raise ValueError("hyperparameter_tuning='online' supports a scalar sigma_noise only.")
+        log_sigma = sigma0.reshape(()).log().clone().requires_grad_(gaussian)
+        if gaussian:
+            params.append(log_sigma)
+        optimizer = torch.optim.Adam(params, lr=self.lr)
+
+        def delta_of(v):
+            d = v.clamp(*LOG_PRIOR_BOUNDS).exp()
+            return d[0] if self.prior_structure == "scalar" else d[index]
+
+        def sigma_of(v):
+            return v.exp().clamp_min(self.sigma_floor) if gaussian else None
+
+        for _ in range(self.n_steps):
+            optimizer.zero_grad()
+            loss = -evidence(delta_of(log_delta), sigma_of(log_sigma))
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            delta, sigma = delta_of(log_delta), sigma_of(log_sigma)
+            value = float(evidence(delta, sigma))
+        sigma_out = sigma.detach() if gaussian else sigma0
+        return delta.detach(), sigma_out, value

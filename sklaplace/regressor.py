@@ -1,0 +1,244 @@
+"""LaplaceRegressor: a neural network regressor with a Laplace posterior."""
+
+import numpy as np
+import torch
+from sklearn.base import RegressorMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._base import ONLINE_DOC, PARAMS_DOC, BaseLaplace, positive_array
+from .distributions import NormalPrediction
+
+
+class LaplaceRegressor(RegressorMixin, BaseLaplace):
+    __doc__ = (
+        """Neural network regressor with a Laplace approximation posterior.
+
+    Trains a skorch net to the MAP of a Gaussian likelihood (the prior as
+    weight decay), fits a Gaussian posterior around it and predicts with the
+    closed-form linearized (GLM) predictive N(f(x), J Σ Jᵀ + σ²).
+
+    Parameters
+    ----------"""
+        + PARAMS_DOC
+        + """
+    sigma_noise : float or array-like, default=1.0
+        Observation noise σ in the units of y (one per output allowed); tuned
+        by the evidence unless ``hyperparameter_tuning=None``.
+    normalize_y : bool, default=False
+        Standardize the targets internally; predictions, std, distributions
+        and the evidence are all in the original units."""
+        + ONLINE_DOC
+        + """
+
+    Attributes
+    ----------
+    net_ : skorch NeuralNet
+    prior_precision_ : float or ndarray
+    sigma_noise_ : float or ndarray
+        Observation noise after tuning, in the units of y.
+    subset_of_weights_ : str
+    hessian_structure_ : str
+    n_params_ : int
+    log_evidence_ : float
+    evidence_history_ : list of dict
+        Online tuning only.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+
+    See Also
+    --------
+    LaplaceClassifier : the classification counterpart.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_diabetes
+    >>> from sklaplace import LaplaceRegressor
+    >>> X, y = load_diabetes(return_X_y=True)
+    >>> reg = LaplaceRegressor(max_epochs=20, normalize_y=True, random_state=0).fit(X, y)
+    >>> mean, std = reg.predict(X[:3], return_std=True)
+    >>> mean.shape, std.shape
+    ((3,), (3,))
+    """
+    )
+
+    _likelihood_kinds = ("gaussian",)
+
+    def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
+                 batch_size=128, prior_precision=1.0, prior_structure="scalar",
+                 hyperparameter_tuning="evidence", subset_of_weights="auto",
+                 hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
+                 pred_type="glm", n_samples=100, temperature=1.0, sigma_noise=1.0,
+                 normalize_y=False, online_frequency=5, online_burn_in=0, online_steps=100,
+                 online_lr=0.1, memory=None, random_state=None):
+        self.net = net
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.max_epochs = max_epochs
+        self.lr = lr
+        self.batch_size = batch_size
+        self.prior_precision = prior_precision
+        self.prior_structure = prior_structure
+        self.hyperparameter_tuning = hyperparameter_tuning
+        self.subset_of_weights = subset_of_weights
+        self.hessian_structure = hessian_structure
+        self.subnetwork = subnetwork
+        self.lowrank_rank = lowrank_rank
+        self.curvature = curvature
+        self.pred_type = pred_type
+        self.n_samples = n_samples
+        self.temperature = temperature
+        self.sigma_noise = sigma_noise
+        self.normalize_y = normalize_y
+        self.online_frequency = online_frequency
+        self.online_burn_in = online_burn_in
+        self.online_steps = online_steps
+        self.online_lr = online_lr
+        self.memory = memory
+        self.random_state = random_state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
+    def fit(self, X, y):
+        """Train the network to the MAP, fit the Laplace approximation and tune it.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+
+        Returns
+        -------
+        self : LaplaceRegressor
+        """
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
+                             y_numeric=True)
+        y = np.asarray(y, dtype=np.float64)
+        y2 = y.reshape(len(y), -1)
+        sigma = positive_array("sigma_noise", self.sigma_noise)
+        if sigma.size not in (1, y2.shape[1]):
+            raise ValueError(f"sigma_noise has {sigma.size} values but y has {y2.shape[1]} outputs.")
+        if not isinstance(self.normalize_y, (bool, np.bool_)):
+            raise ValueError(f"normalize_y must be a bool, got {self.normalize_y!r}.")
+        self._y_ndim = y.ndim
+        self._y_mean = y2.mean(0) if self.normalize_y else np.zeros(y2.shape[1])
+        spread = y2.std(0)
+        self._y_std = np.where(spread > 0, spread, 1.0) if self.normalize_y else np.ones(y2.shape[1])
+        self._n_model_outputs = y2.shape[1]
+        y_model = (y2 - self._y_mean) / self._y_std
+        return self._fit(X, y_model, "gaussian", y2.shape[1], self._y_std)
+
+    def _check_outputs(self, n_out):
+        if n_out != self._n_model_outputs:
+            raise ValueError(
+                f"The network outputs {n_out} values per row but y has {self._n_model_outputs} "
+                "outputs."
+            )
+
+    # σ lives in model units inside; a scalar σ is scaled by the mean target std.
+    def _sigma_model(self, sigma):
+        s = np.asarray(sigma, dtype=float)
+        if s.ndim == 0 or s.size == 1:
+            return torch.tensor(float(s.reshape(())) / float(self._y_std.mean()), dtype=torch.float64)
+        return torch.as_tensor(s / self._y_std, dtype=torch.float64)
+
+    def _sigma_original(self, sigma):
+        s = sigma.numpy() * (self._y_std if sigma.dim() > 0 else self._y_std.mean())
+        return float(s) if np.ndim(s) == 0 else np.asarray(s)
+
+    def _initial_sigma(self, n_outputs):
+        sigma = self._sigma_model(self.sigma_noise)
+        return float(sigma) if sigma.dim() == 0 else sigma.numpy()
+
+    def _evidence_offset(self, y_scale, n_rows):
+        # y = μ + s·y_model: log p(y) = log p(y_model) − N Σ_c log s_c.
+        return -n_rows * float(np.log(y_scale).sum())
+
+    def _set_sigma_attr(self, sigma, y_scale):
+        self.sigma_noise_ = self._sigma_original(sigma)
+
+    def log_evidence(self, prior_precision=None, sigma_noise=None):
+        """Laplace log marginal likelihood at the fitted or given hyperparameters.
+
+        Parameters
+        ----------
+        prior_precision : float or array-like, default=None
+            Whole-net form as the constructor parameter; ``None`` uses ``prior_precision_``.
+        sigma_noise : float or array-like, default=None
+            In the units of y, of the form of ``sigma_noise_``; ``None`` uses ``sigma_noise_``.
+
+        Returns
+        -------
+        log_evidence : float
+        """
+        check_is_fitted(self)
+        sigma = self.sigma_noise_ if sigma_noise is None else sigma_noise
+        positive_array("sigma_noise", sigma)
+        if np.ndim(sigma) != np.ndim(self.sigma_noise_):
+            raise ValueError(
+                f"sigma_noise must have the form of sigma_noise_ (shape {np.shape(self.sigma_noise_)})."
+            )
+        value = self._log_evidence(prior_precision, self._sigma_model(sigma))
+        return value + self._evidence_offset(self._y_std, self._evidence.n_rows)
+
+    def _output_moments(self, X):
+        """Predictive mean, epistemic and aleatoric variance in the units of y."""
+        Xt = self._X_tensor(X)
+        if self.pred_type == "nn":
+            samples = self._nn_samples(Xt, self.n_samples, self._generator())
+            mean, var = samples.mean(0), samples.var(0, correction=int(self.n_samples > 1))
+        else:
+            mean, cov = self._glm_moments(Xt)
+            var = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0)
+        sigma = self._sigma_fit.expand(mean.shape[1]).numpy()
+        mean = mean.numpy() * self._y_std + self._y_mean
+        var = var.numpy() * self._y_std**2
+        noise = np.broadcast_to((sigma * self._y_std) ** 2, var.shape).copy()
+        if self._y_ndim == 1:
+            return mean[:, 0], var[:, 0], noise[:, 0]
+        return mean, var, noise
+
+    def predict_dist(self, X):
+        """Normal predictive distribution per row (and output), in the units of y.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        dist : NormalPrediction
+            ``mean``, ``std``, ``epistemic_var``, ``aleatoric_var``, ``interval`` ...
+        """
+        check_is_fitted(self)
+        mean, var, noise = self._output_moments(X)
+        return NormalPrediction(mean=mean, epistemic_var=var, aleatoric_var=noise)
+
+    def predict(self, X, return_std=False):
+        """Predictive mean, and with ``return_std`` the predictive std (σ included).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_std : bool, default=False
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,) or (n_samples, n_targets)
+        std : ndarray of the same shape
+            Only with ``return_std=True``.
+        """
+        check_is_fitted(self)
+        mean, var, noise = self._output_moments(X)
+        return (mean, np.sqrt(var + noise)) if return_std else mean
+
+    def sample_functions(self, X, n_samples=1, random_state=None):
+        """Functions drawn from the posterior, in the units of y (no noise added).
+
+        Returns
+        -------
+        samples : ndarray of shape (n_samples, n_rows, n_outputs)
+        """
+        f = self._function_samples(X, n_samples, random_state).numpy()
+        return f * self._y_std + self._y_mean
