@@ -53,7 +53,8 @@ def check_positive(name, value, integer=False, allow_none=False, allow_zero=Fals
     if value is None and allow_none:
         return
     kind = numbers.Integral if integer else numbers.Real
-    ok = isinstance(value, kind) and not isinstance(value, bool) and np.isfinite(value)
+    ok = isinstance(value, kind) and not isinstance(value, bool) and (
+        isinstance(value, numbers.Integral) or np.isfinite(value))  # ints beyond int64 too
     if not ok or not (value >= 0 if allow_zero else value > 0):
         what = "integer" if integer else "number"
         sign = "non-negative" if allow_zero else "positive"
@@ -71,6 +72,34 @@ def positive_array(name, value):
             f"{name} must be a positive finite float or a 1-D array of them, got {value!r}."
         )
     return arr
+
+
+def check_seed(name, value):
+    """``check_random_state`` with an error that names the argument."""
+    try:
+        return check_random_state(value)
+    except ValueError:
+        raise ValueError(
+            f"{name} must be None, an int or a numpy RandomState, got {value!r}."
+        ) from None
+
+
+def validate_numeric(estimator, X, y="no_validation", **kwargs):
+    """``validate_data`` whose errors on non-numeric (string, object) data name X or y."""
+    try:
+        return validate_data(estimator, X, y, **kwargs)
+    except (TypeError, ValueError) as error:
+        text = str(error)
+        if "could not convert" not in text and "argument must be" not in text:
+            raise
+        try:
+            np.asarray(X, dtype=float)
+        except (TypeError, ValueError):
+            raise type(error)(
+                "X must contain numeric features only (encode strings and categories first, "
+                f"e.g. with OneHotEncoder); {text}"
+            ) from error
+        raise type(error)(f"y must be numeric for {type(estimator).__name__}; {text}") from error
 
 
 def expand_prior(prior, sizes):
@@ -120,10 +149,18 @@ class BaseLaplace(BaseEstimator):
             raise ValueError(f"hidden_layer_sizes must be a tuple of positive integers, got {sizes!r}.")
         positive_array("prior_precision", self.prior_precision)
         if self.subset_of_weights == "subnetwork":
-            if self.subnetwork is None:
+            spec = self.subnetwork
+            if spec is None:
                 raise ValueError(
                     "subset_of_weights='subnetwork' needs subnetwork= (an int S or a list of "
                     "parameter names)."
+                )
+            count = isinstance(spec, numbers.Integral) and not isinstance(spec, bool) and spec > 0
+            names = isinstance(spec, (list, tuple)) and len(spec) > 0 and all(
+                isinstance(s, str) for s in spec)
+            if not (count or names):
+                raise ValueError(
+                    f"subnetwork must be a positive int or a list of parameter names, got {spec!r}."
                 )
             if self.hessian_structure not in ("auto", "full", "diag"):
                 raise ValueError(
@@ -192,7 +229,7 @@ class BaseLaplace(BaseEstimator):
     def _fit(self, X, y_model, likelihood_default, n_outputs, y_scale):
         """Train (or take) the net, fit the LA and tune; ``y_model`` is in model units."""
         self._validate_params()
-        rng = check_random_state(self.random_state)
+        rng = check_seed("random_state", self.random_state)
         train_seed, self._prediction_seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
         net, frozen, likelihood = self._prepare_net(X.shape[1], n_outputs)
         likelihood = likelihood or likelihood_default
@@ -261,7 +298,7 @@ class BaseLaplace(BaseEstimator):
         if kind == "all":
             subset = AllWeights(module)
         elif kind == "last_layer":
-            subset = LastLayer(module, X[:2])
+            subset = LastLayer(self.net_.module_, X[:2])
         else:
             subset = Subnetwork(module, self._subnetwork_indices(module, X, y, out_scale))
         if structure == "auto":
@@ -447,7 +484,7 @@ class BaseLaplace(BaseEstimator):
 
     # ------------------------------------------------------------ prediction
     def _X_tensor(self, X):
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        X = validate_numeric(self, X, reset=False, dtype=[np.float64, np.float32])
         return torch.tensor(np.asarray(X), dtype=torch.float64)
 
     def _row_chunks(self, n_rows):
@@ -460,9 +497,9 @@ class BaseLaplace(BaseEstimator):
         means, covs = [], []
         with torch.no_grad():
             for sl in self._row_chunks(len(Xt)):
-                f, J = self._subset.jacobians(Xt[sl])
+                f, cov = self._subset.moments(Xt[sl], self._posterior)
                 means.append(f)
-                covs.append(self._posterior.functional_variance(J))
+                covs.append(cov)
         return torch.cat(means), torch.cat(covs)
 
     def _generator(self, seed=None):
@@ -481,7 +518,7 @@ class BaseLaplace(BaseEstimator):
         check_is_fitted(self)
         check_positive("n_samples", n_samples, integer=True)
         Xt = self._X_tensor(X)
-        gen = self._generator(check_random_state(random_state).randint(0, 2**31 - 1))
+        gen = self._generator(check_seed("random_state", random_state).randint(0, 2**31 - 1))
         if self.pred_type == "nn":
             return self._nn_samples(Xt, n_samples, gen)
         with torch.no_grad():

@@ -5,9 +5,9 @@ import torch
 from sklearn.base import ClassifierMixin
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from ._base import ONLINE_DOC, PARAMS_DOC, BaseLaplace, check_choice
+from ._base import ONLINE_DOC, PARAMS_DOC, BaseLaplace, check_choice, validate_numeric
 from .distributions import LogitGaussianPrediction
 
 
@@ -114,7 +114,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         self : LaplaceClassifier
         """
         check_choice("link_approx", self.link_approx)
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32])
         check_classification_targets(y)
         encoder = LabelEncoder().fit(y)
         self.classes_ = encoder.classes_

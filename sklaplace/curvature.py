@@ -103,6 +103,8 @@ def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", chunk=4
     the weight block Σ_n (B_n B_nᵀ) ⊗ (a_n a_nᵀ) is approximated by
     (Σ_n B_n B_nᵀ) ⊗ (Σ_n a_n a_nᵀ) / N; the bias block Σ_n B_n B_nᵀ is exact.
     """
+    if subset.kind == "last_layer":
+        return _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk)
     layers = subset.linear_layers()
     n_total = X.shape[0]
     G = [0.0] * len(layers)
@@ -142,6 +144,23 @@ def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", chunk=4
         blocks.append((w, [G[i], A[i] / n_total]))
         if b is not None:
             blocks.append((b, [G[i]]))
+    return KronPosterior(blocks, subset.n_params)
+
+
+def _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk):
+    """Last layer f = Wφ + b: B_n = F_n exactly, so G = Σ F_n F_nᵀ and A = Σ φφᵀ / N."""
+    C, H = subset.n_out, subset.n_features
+    G = torch.zeros(C, C, dtype=X.dtype)
+    A = torch.zeros(H, H, dtype=X.dtype)
+    for sl in _chunks(X.shape[0], chunk):
+        phi = subset.features(X[sl])
+        F = _row_factors(likelihood, subset.forward(X[sl], features=phi), y[sl], out_scale,
+                         curvature)
+        G += torch.einsum("nck,ndk->cd", F, F)
+        A += phi.T @ phi
+    blocks = [(slice(0, C * H), [G, A / X.shape[0]])]
+    if subset.has_bias:
+        blocks.append((slice(C * H, C * H + C), [G]))
     return KronPosterior(blocks, subset.n_params)
 
 

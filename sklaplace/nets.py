@@ -21,6 +21,8 @@ from torch import nn
 
 from .likelihoods import LIKELIHOODS
 
+DIVERGENCE_FACTOR = 1e3  # final / initial training loss beyond which training diverged
+
 CRITERIA = {
     nn.CrossEntropyLoss: "categorical",
     nn.BCEWithLogitsLoss: "bernoulli",
@@ -179,9 +181,14 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
     finite = all(np.isfinite(losses)) and all(
         torch.isfinite(p).all() for p in net.module_.parameters()
     )
-    if not finite:
+    # A loss that ends 1000 times above where it started has not found a MAP either
+    # (Adam with a huge lr keeps weights finite but meaningless).
+    exploded = finite and losses[-1] > DIVERGENCE_FACTOR * max(abs(losses[0]), 1.0)
+    if not finite or exploded:
+        what = "non-finite loss or weights" if not finite else (
+            f"the loss grew from {losses[0]:.3g} to {losses[-1]:.3g}")
         raise ValueError(
-            "MAP training diverged (non-finite loss or weights). Lower the learning rate "
-            "(lr), scale the features (e.g. StandardScaler) or raise prior_precision."
+            f"MAP training diverged ({what}). Lower the learning rate (lr), scale the "
+            "features (e.g. StandardScaler) or raise prior_precision."
         )
     return net

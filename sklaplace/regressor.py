@@ -3,9 +3,9 @@
 import numpy as np
 import torch
 from sklearn.base import RegressorMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from ._base import ONLINE_DOC, PARAMS_DOC, BaseLaplace, positive_array
+from ._base import ONLINE_DOC, PARAMS_DOC, BaseLaplace, positive_array, validate_numeric
 from .distributions import NormalPrediction
 
 
@@ -112,9 +112,12 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         -------
         self : LaplaceRegressor
         """
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
-                             y_numeric=True)
-        y = np.asarray(y, dtype=np.float64)
+        X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
+                                y_numeric=True)
+        try:
+            y = np.asarray(y, dtype=np.float64)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"y must be numeric for LaplaceRegressor; {error}") from error
         y2 = y.reshape(len(y), -1)
         sigma = positive_array("sigma_noise", self.sigma_noise)
         if sigma.size not in (1, y2.shape[1]):

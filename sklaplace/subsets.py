@@ -66,6 +66,17 @@ def _as_2d(f, n):
     return f.reshape(n, -1)
 
 
+def _dtype(module):
+    for p in module.parameters():
+        return p.dtype
+    return torch.float32
+
+
+def _jacobian_moments(subset, X, posterior):
+    f, J = subset.jacobians(X)
+    return f, posterior.functional_variance(J)
+
+
 class AllWeights:
     """All trainable parameters of the module."""
 
@@ -105,6 +116,8 @@ class AllWeights:
         J = torch.cat([jac[k].reshape(n, jac[k].shape[1], -1) for k in self.names], dim=2)
         return self.forward(X), J
 
+    moments = _jacobian_moments
+
     def linear_layers(self):
         """(module name, weight slice, bias slice or None) for every nn.Linear.
 
@@ -139,13 +152,18 @@ class AllWeights:
 
 
 class LastLayer:
-    """Weights and bias of the last executed ``nn.Linear``: f = W φ(x) + b."""
+    """Weights and bias of the last executed ``nn.Linear``: f = W φ(x) + b.
+
+    ``module`` is the trained network in its own dtype: the features φ come
+    from one forward pass of it and are cast to float64; everything else is
+    closed form in φ (Jacobians I ⊗ φᵀ, Kronecker factors, predictive variance).
+    """
 
     kind = "last_layer"
 
     def __init__(self, module, X):
         self.module = module
-        self.layer_name, _ = find_last_linear(module, X)
+        self.layer_name, _ = find_last_linear(module, X.to(_dtype(module)))
         layer = module.get_submodule(self.layer_name)
         all_names = [k for k, _ in named_params(module)]
         prefix = f"{self.layer_name}." if self.layer_name else ""
@@ -154,7 +172,7 @@ class LastLayer:
         self.has_bias = layer.bias is not None
         params = [layer.weight] + ([layer.bias] if self.has_bias else [])
         self.shapes = [tuple(p.shape) for p in params]
-        self.theta = torch.cat([p.detach().reshape(-1) for p in params])
+        self.theta = torch.cat([p.detach().reshape(-1) for p in params]).to(torch.float64)
         self.n_params = self.theta.numel()
         offsets = param_offsets(module)
         groups = [all_names.index(k) for k in self.names]
@@ -164,8 +182,14 @@ class LastLayer:
         )
 
     def features(self, X):
-        """Penultimate features φ(X), the input of the last layer."""
-        return find_last_linear(self.module, X)[1]
+        """Penultimate features φ(X) in float64, the input of the last layer."""
+        training = self.module.training
+        self.module.eval()
+        try:
+            with torch.no_grad():
+                return find_last_linear(self.module, X.to(_dtype(self.module)))[1].to(X.dtype)
+        finally:
+            self.module.train(training)
 
     def _split(self, theta):
         W = theta[..., : self.n_out * self.n_features].reshape(
@@ -190,11 +214,12 @@ class LastLayer:
             J = torch.cat([J, eye.expand(n, C, C)], dim=2)
         return self.forward(X, features=phi), J
 
-    def linear_layers(self):
-        layer = self.module.get_submodule(self.layer_name)
-        w = slice(0, self.n_out * self.n_features)
-        b = slice(w.stop, self.n_params) if self.has_bias else None
-        return [(layer, w, b)]
+    def moments(self, X, posterior):
+        """MAP outputs and J Σ Jᵀ straight from the features."""
+        phi = self.features(X)
+        return self.forward(X, features=phi), posterior.last_layer_variance(
+            phi, self.n_out, self.has_bias
+        )
 
 
 class Subnetwork:
@@ -242,3 +267,5 @@ class Subnetwork:
     def jacobians(self, X):
         f, J = self._all.jacobians(X)
         return f, J[:, :, self.indices]
+
+    moments = _jacobian_moments

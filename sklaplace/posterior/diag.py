@@ -20,6 +20,14 @@ class DiagPosterior:
     def functional_variance(self, J):
         return torch.einsum("ncp,p,ndp->ncd", J, self._var, J)
 
+    def last_layer_variance(self, phi, n_out, has_bias):
+        """J Σ Jᵀ for f = W φ + b without forming J (θ = [vec W, b])."""
+        n_w = n_out * phi.shape[1]
+        var = (phi**2) @ self._var[:n_w].reshape(n_out, -1).T
+        if has_bias:
+            var = var + self._var[n_w:]
+        return torch.diag_embed(var)
+
     def sample(self, n_samples, generator):
         z = torch.randn(n_samples, self.n_params, generator=generator, dtype=self.h.dtype)
         return z * self._var.sqrt()

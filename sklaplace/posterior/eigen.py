@@ -113,6 +113,22 @@ class EigenPosterior:
         shrink = 1 / (1 + self._omega2) - 1
         return A @ A.transpose(1, 2) + torch.einsum("ncr,r,ndr->ncd", AQ, shrink, AQ)
 
+    def last_layer_variance(self, phi, n_out, has_bias):
+        """J Σ Jᵀ for f = W φ + b without forming J (θ = [vec W, b]): O(n C H r)."""
+        n_w = n_out * phi.shape[1]
+        M = self._d_inv_sqrt[:, None] * self._Q
+        JM = torch.einsum("nh,chr->ncr", phi, M[:n_w].reshape(n_out, phi.shape[1], -1))
+        if has_bias:
+            JM = JM + M[n_w:]
+        if self._complete:
+            return torch.einsum("ncr,r,ndr->ncd", JM, 1 / (1 + self._omega2), JM)
+        d_inv = self._d_inv_sqrt**2
+        AAt = (phi**2) @ d_inv[:n_w].reshape(n_out, -1).T
+        if has_bias:
+            AAt = AAt + d_inv[n_w:]
+        shrink = 1 / (1 + self._omega2) - 1
+        return torch.diag_embed(AAt) + torch.einsum("ncr,r,ndr->ncd", JM, shrink, JM)
+
     def sample(self, n_samples, generator):
         z = torch.randn(n_samples, self.n_params, generator=generator, dtype=self.V.dtype)
         zq = z @ self._Q

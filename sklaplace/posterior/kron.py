@@ -70,6 +70,20 @@ class KronPosterior:
             var = var + torch.einsum("ncp,p,ndp->ncd", Jr, inv, Jr)
         return var
 
+    def last_layer_variance(self, phi, n_out, has_bias):
+        """J Σ Jᵀ for f = W φ + b from the factors (blocks: W with [G, A], then b with [G]).
+
+        With ψ = Q_Aᵀ φ, the weight block gives Q_G diag(Σ_i ψ_i² / (s g_o a_i + δ)) Q_Gᵀ.
+        """
+        (_, [(Q_G, _), (Q_A, _)], _), inv_w = self.blocks[0], self._inv[0]
+        psi = phi @ Q_A
+        w = (psi**2) @ inv_w.reshape(n_out, -1).T
+        var = torch.einsum("co,no,do->ncd", Q_G, w, Q_G)
+        if has_bias:
+            (_, [(Q_b, _)], _), inv_b = self.blocks[1], self._inv[1]
+            var = var + (Q_b * inv_b) @ Q_b.T
+        return var
+
     def sample(self, n_samples, generator):
         dtype = self.blocks[0][2].dtype
         out = torch.zeros(n_samples, self.n_params, dtype=dtype)
