@@ -441,7 +441,7 @@ class BaseLaplace(BaseEstimator):
         return whole, sigma
 
     def _online_result(self, y_scale, n_rows):
-        """Hyperparameters of the last online update (whole-net form) and the history."""
+        """Hyperparameters of the best online update (whole-net form) and the history."""
         callback = next(cb for _, cb in self.net_.callbacks_ if isinstance(cb, OnlineEvidence))
         offset = self._evidence_offset(y_scale, n_rows)
         self.evidence_history_ = [
@@ -452,10 +452,11 @@ class BaseLaplace(BaseEstimator):
         ]
         crit = self.net_.criterion_
         delta = torch.as_tensor(crit.prior_precision, dtype=torch.float64).cpu()
+        best = [h for h in callback.history_ if h["epoch"] == callback.best_epoch_]
         if delta.dim() == 0:
             prior = float(delta)
-        elif self.prior_structure == "layerwise" and callback.history_:
-            prior = callback.history_[-1]["prior_precision"]
+        elif self.prior_structure == "layerwise" and best:
+            prior = best[0]["prior_precision"]
         else:
             prior = delta.numpy()
         return prior, torch.as_tensor(crit.sigma_noise, dtype=torch.float64).cpu()

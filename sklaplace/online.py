@@ -5,6 +5,8 @@ approximation over all weights at the current parameters and takes
 ``n_steps`` Adam steps (learning rate ``lr``) on the log evidence with respect
 to the log prior precisions (and log σ for regression); the new prior is fed
 back into the training objective through the criterion (:class:`~sklaplace.nets.MAPLoss`).
+As in laplace-torch's ``marglik_training``, the network and hyperparameters of
+the update with the best log evidence are restored when training ends.
 """
 
 import copy
@@ -46,6 +48,8 @@ class OnlineEvidence(Callback):
     history_ : list of dict
         One entry per update: epoch, log_evidence (model units), prior_precision
         (one value per parameter tensor) and sigma_noise.
+    best_epoch_ : int or None
+        The update whose state was restored at the end of training.
     """
 
     def __init__(self, likelihood, *, hessian_structure="full", curvature="ggn",
@@ -65,7 +69,16 @@ class OnlineEvidence(Callback):
 
     def initialize(self):
         self.history_ = []
+        self.best_epoch_ = None
+        self._best = None
         return self
+
+    def on_train_end(self, net, **kwargs):
+        if self._best is not None:
+            state, delta, sigma = self._best
+            net.module_.load_state_dict(state)
+            net.criterion_.prior_precision, net.criterion_.sigma_noise = delta, sigma
+        self._best = None
 
     def on_epoch_end(self, net, dataset_train=None, **kwargs):
         epoch = len(net.history)
@@ -79,6 +92,9 @@ class OnlineEvidence(Callback):
         delta, sigma, value = self.update(module, X, y, crit.prior_precision, crit.sigma_noise)
         crit.prior_precision = delta
         crit.sigma_noise = sigma
+        if not self.history_ or value > max(h["log_evidence"] for h in self.history_):
+            state = {k: v.detach().clone() for k, v in net.module_.state_dict().items()}
+            self._best, self.best_epoch_ = (state, delta, sigma), epoch
         groups = AllWeights(module).group_index
         starts = np.concatenate([[0], np.flatnonzero(np.diff(groups)) + 1])
         per_group = delta.expand(len(groups))[starts] if delta.dim() == 0 else delta[starts]
