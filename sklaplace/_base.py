@@ -281,7 +281,8 @@ class BaseLaplace(BaseEstimator):
 
     # ------------------------------------------------------------ the LA
     def _la_module(self):
-        module = copy.deepcopy(self.net_.module_).to(torch.float64).eval()
+        """A float64 CPU copy of the trained module: the LA always runs there in float64."""
+        module = copy.deepcopy(self.net_.module_).to("cpu", torch.float64).eval()
         for p in module.parameters():
             p.requires_grad_(True)
         return module

@@ -84,17 +84,18 @@ class OnlineEvidence(Callback):
         epoch = len(net.history)
         if epoch <= self.burn_in or (epoch - self.burn_in) % self.frequency:
             return
-        module = copy.deepcopy(net.module_).to(torch.float64).eval()
-        X = torch.as_tensor(dataset_train.X).to(torch.float64)
-        y = torch.as_tensor(dataset_train.y)
+        module = copy.deepcopy(net.module_).to("cpu", torch.float64).eval()
+        X = torch.as_tensor(dataset_train.X).to("cpu", torch.float64)
+        y = torch.as_tensor(dataset_train.y).cpu()
         y = y.to(torch.float64) if self.likelihood != "categorical" else y
         crit = net.criterion_
-        delta, sigma, value = self.update(module, X, y, crit.prior_precision, crit.sigma_noise)
-        crit.prior_precision = delta
-        crit.sigma_noise = sigma
+        delta, sigma, value = self.update(module, X, y, crit.prior_precision.cpu(),
+                                          crit.sigma_noise.cpu())
+        crit.prior_precision, crit.sigma_noise = delta.to(net.device), sigma.to(net.device)
         if not self.history_ or value > max(h["log_evidence"] for h in self.history_):
             state = {k: v.detach().clone() for k, v in net.module_.state_dict().items()}
-            self._best, self.best_epoch_ = (state, delta, sigma), epoch
+            self._best = (state, crit.prior_precision, crit.sigma_noise)
+            self.best_epoch_ = epoch
         groups = AllWeights(module).group_index
         starts = np.concatenate([[0], np.flatnonzero(np.diff(groups)) + 1])
         per_group = delta.expand(len(groups))[starts] if delta.dim() == 0 else delta[starts]

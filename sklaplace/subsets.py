@@ -62,6 +62,23 @@ def find_last_linear(module, X):
     return name, features
 
 
+def _layer_input(module, layer_name, X):
+    """Input of the submodule ``layer_name`` when ``module`` runs on ``X``.
+
+    One temporary hook on that layer only (removed in ``finally``): the last
+    layer was found and checked by :func:`find_last_linear` at fit time, so
+    prediction skips the hooks on every ``nn.Linear`` and the output check.
+    """
+    seen = []
+    handle = module.get_submodule(layer_name).register_forward_hook(
+        lambda m, inp, out: seen.append(inp[0]))
+    try:
+        module(X)
+    finally:
+        handle.remove()
+    return seen[-1]
+
+
 def _as_2d(f, n):
     return f.reshape(n, -1)
 
@@ -70,6 +87,13 @@ def _dtype(module):
     for p in module.parameters():
         return p.dtype
     return torch.float32
+
+
+def _to_module(X, module):
+    """X on the module's device and in its parameter dtype."""
+    for p in module.parameters():
+        return X.to(device=p.device, dtype=p.dtype)
+    return X
 
 
 def _jacobian_moments(subset, X, posterior):
@@ -163,7 +187,7 @@ class LastLayer:
 
     def __init__(self, module, X):
         self.module = module
-        self.layer_name, _ = find_last_linear(module, X.to(_dtype(module)))
+        self.layer_name, _ = find_last_linear(module, _to_module(X, module))
         layer = module.get_submodule(self.layer_name)
         all_names = [k for k, _ in named_params(module)]
         prefix = f"{self.layer_name}." if self.layer_name else ""
@@ -172,7 +196,7 @@ class LastLayer:
         self.has_bias = layer.bias is not None
         params = [layer.weight] + ([layer.bias] if self.has_bias else [])
         self.shapes = [tuple(p.shape) for p in params]
-        self.theta = torch.cat([p.detach().reshape(-1) for p in params]).to(torch.float64)
+        self.theta = torch.cat([p.detach().reshape(-1) for p in params]).to("cpu", torch.float64)
         self.n_params = self.theta.numel()
         offsets = param_offsets(module)
         groups = [all_names.index(k) for k in self.names]
@@ -182,12 +206,13 @@ class LastLayer:
         )
 
     def features(self, X):
-        """Penultimate features φ(X) in float64, the input of the last layer."""
+        """Penultimate features φ(X), the input of the last layer, like X (CPU, float64)."""
         training = self.module.training
         self.module.eval()
         try:
             with torch.no_grad():
-                return find_last_linear(self.module, X.to(_dtype(self.module)))[1].to(X.dtype)
+                phi = _layer_input(self.module, self.layer_name, _to_module(X, self.module))
+                return phi.to(device=X.device, dtype=X.dtype)
         finally:
             self.module.train(training)
 
