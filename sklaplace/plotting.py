@@ -48,6 +48,23 @@ def _plot_identity(ax, label):
         ax.plot([0, 1], [0, 1], "k:", label=label)
 
 
+def _plot_curve(display, x, y, *, ax, name, ref_line, marker, kwargs, xlabel, ylabel):
+    """A calibration curve on the unit square with the diagonal; sets line_, ax_, figure_."""
+    display.ax_, display.figure_ = _axes(ax, f"{type(display).__name__}.plot")
+    name = display.estimator_name if name is None else name
+    line_kwargs = {"marker": marker, "linestyle": "-"}
+    if name is not None:
+        line_kwargs["label"] = name
+    line_kwargs.update(kwargs)
+    if ref_line:
+        _plot_identity(display.ax_, "Perfectly calibrated")
+    (display.line_,) = display.ax_.plot(x, y, **line_kwargs)
+    if display.ax_.get_legend_handles_labels()[1]:
+        display.ax_.legend(loc="lower right")
+    display.ax_.set(xlabel=xlabel, ylabel=ylabel, xlim=(-0.02, 1.02), ylim=(-0.02, 1.02))
+    return display
+
+
 class ReliabilityDisplay:
     """Top-label reliability diagram of a classifier.
 
@@ -104,24 +121,9 @@ class ReliabilityDisplay:
         -------
         display : ReliabilityDisplay
         """
-        self.ax_, self.figure_ = _axes(ax, f"{type(self).__name__}.plot")
-        name = self.estimator_name if name is None else name
-        line_kwargs = {"marker": "s", "linestyle": "-"}
-        if name is not None:
-            line_kwargs["label"] = name
-        line_kwargs.update(kwargs)
-        if ref_line:
-            _plot_identity(self.ax_, "Perfectly calibrated")
-        (self.line_,) = self.ax_.plot(self.confidence, self.accuracy, **line_kwargs)
-        if self.ax_.get_legend_handles_labels()[1]:
-            self.ax_.legend(loc="lower right")
-        self.ax_.set(
-            xlabel="Confidence (top-label probability)",
-            ylabel="Accuracy",
-            xlim=(-0.02, 1.02),
-            ylim=(-0.02, 1.02),
-        )
-        return self
+        return _plot_curve(self, self.confidence, self.accuracy, ax=ax, name=name,
+                           ref_line=ref_line, marker="s", kwargs=kwargs,
+                           xlabel="Confidence (top-label probability)", ylabel="Accuracy")
 
     @classmethod
     def from_predictions(
@@ -286,24 +288,10 @@ class RegressionCalibrationDisplay:
         -------
         display : RegressionCalibrationDisplay
         """
-        self.ax_, self.figure_ = _axes(ax, f"{type(self).__name__}.plot")
-        name = self.estimator_name if name is None else name
-        line_kwargs = {"marker": "o", "linestyle": "-"}
-        if name is not None:
-            line_kwargs["label"] = name
-        line_kwargs.update(kwargs)
-        if ref_line:
-            _plot_identity(self.ax_, "Perfectly calibrated")
-        (self.line_,) = self.ax_.plot(self.expected, self.observed, **line_kwargs)
-        if self.ax_.get_legend_handles_labels()[1]:
-            self.ax_.legend(loc="lower right")
-        self.ax_.set(
-            xlabel="Expected proportion below the predicted quantile",
-            ylabel="Observed proportion",
-            xlim=(-0.02, 1.02),
-            ylim=(-0.02, 1.02),
-        )
-        return self
+        return _plot_curve(self, self.expected, self.observed, ax=ax, name=name,
+                           ref_line=ref_line, marker="o", kwargs=kwargs,
+                           xlabel="Expected proportion below the predicted quantile",
+                           ylabel="Observed proportion")
 
     @classmethod
     def from_predictions(
