@@ -375,10 +375,15 @@ class BaseLaplace(BaseEstimator):
         self.subset_of_weights_, self.hessian_structure_ = kind, structure
         self.n_params_ = int(subset.n_params)
 
-        build = functools.partial(_build_posterior, structure, subset, likelihood, Xt, yt,
-                                  self.curvature, rank)
         with torch.no_grad():
             f = subset.forward(Xt)
+        if not torch.isfinite(f).all() or not torch.isfinite(subset.theta).all():
+            raise ValueError(
+                "The network's weights or outputs on the training data are not finite, so the "
+                "curvature would be too; check the trained net (lr, feature scaling)."
+            )
+        build = functools.partial(_build_posterior, structure, subset, likelihood, Xt, yt,
+                                  self.curvature, rank)
         theta = subset.theta.detach()
         if self._likelihood_name == "gaussian":
             sse = ((yt.reshape(f.shape) - f) ** 2).sum(0)

@@ -625,3 +625,11 @@ def test_log_det_gradients_match_finite_differences():
     torch.autograd.gradcheck(lambda d, s_: post.log_det(d[groups], s_), (layerwise, s))
     per_param = (0.5 + torch.rand(12, generator=g, dtype=DT)).requires_grad_(True)
     torch.autograd.gradcheck(lambda d: post.log_det(d, s.detach()), (per_param,))
+
+
+def test_memory_guard_names_cheaper_options():
+    ref = reference("categorical", 40)
+    subset = AllWeights(ref["module"])
+    with pytest.raises(MemoryError, match="kron.*diag|diag.*kron"):
+        compute_posterior("full", subset, LIKELIHOODS["categorical"](), ref["X"], ref["y"],
+                          torch.ones(3, dtype=DT), "ggn", budget=1000)

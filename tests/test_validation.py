@@ -540,3 +540,13 @@ def test_property_non_finite_features_are_refused_before_training(cls, row, col,
     with mock.patch.object(nets, "train_map", _refuse_training):
         with pytest.raises(ValueError, match="Input X contains (NaN|infinity)"):
             cls(**FAST).fit(X, y)
+
+
+def test_frozen_net_with_non_finite_weights_is_refused():
+    X, y = load_iris(return_X_y=True)
+    net = NeuralNetClassifier(nn.Sequential(nn.Linear(4, 3)), criterion=nn.CrossEntropyLoss)
+    net.initialize()
+    with torch.no_grad():
+        net.module_[0].weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="not finite"):
+        LaplaceClassifier(FrozenEstimator(net)).fit(X, y)
