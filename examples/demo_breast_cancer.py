@@ -2,9 +2,25 @@
 
 Run: python examples/demo_breast_cancer.py [--plot reliability.png]
 
-The same network is trained once to the MAP; the Laplace approximation is then
-fitted post hoc on the frozen net (all weights, full GGN, evidence-tuned prior)
-and its probit predictive is compared with the MAP's plain softmax.
+The network is trained once to the MAP inside ``LaplaceClassifier.fit``, which
+then fits the Laplace approximation (``"auto"``: all weights, full GGN) and tunes
+the prior precision by the evidence; its probit predictive is compared with the
+MAP network's plain sigmoid, and the Laplace-bridge predictive is fitted post hoc
+on the same frozen net.  On in-distribution test rows a well-regularized MAP is
+already well calibrated here and the Laplace predictive is slightly less
+confident; the last line shows what the posterior is for: on shifted inputs
+(test rows scaled by 5) the MAP stays confident while the Laplace predictive
+backs off.  A real run (2 CPU cores) printed:
+
+    LA: all weights, full structure, 1601 parameters, tuned prior precision 1.29, log evidence -45.7
+    method          accuracy       NLL       ECE
+    MAP                0.959     0.087     0.020
+    LA (probit)        0.959     0.120     0.034
+    LA (bridge)        0.959     0.087     0.020
+    mean confidence on shifted inputs (5 × test rows): MAP 0.985, LA (probit) 0.859
+
+(For two classes the Laplace-bridge mean equals the MAP's probabilities: both logits have the
+same variance, and then the bridge's Dirichlet mean is the softmax of the means.)
 """
 
 import argparse
@@ -36,11 +52,10 @@ def main(plot=None):
     scaler = StandardScaler().fit(X_train)
     X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
 
-    la = LaplaceClassifier(hidden_layer_sizes=(50,), max_epochs=200, prior_precision=1e-2,
-                           random_state=0).fit(X_train, y_train)
+    la = LaplaceClassifier(random_state=0).fit(X_train, y_train)
     rows = {"MAP": map_proba(la, X_test), "LA (probit)": la.predict_proba(X_test)}
-    bridge = LaplaceClassifier(FrozenEstimator(la.net_), link_approx="bridge",
-                               prior_precision=1e-2).fit(X_train, y_train)
+    bridge = LaplaceClassifier(FrozenEstimator(la.net_), link_approx="bridge").fit(X_train,
+                                                                                  y_train)
     rows["LA (bridge)"] = bridge.predict_proba(X_test)
 
     print(f"breast cancer: {len(X_train)} train / {len(X_test)} test rows")
@@ -53,6 +68,10 @@ def main(plot=None):
         nll = log_loss(y_test, proba)
         ece = expected_calibration_error(y_test, proba, n_bins=10)
         print(f"{name:<14}{acc:>10.3f}{nll:>10.3f}{ece:>10.3f}")
+    shifted = 5 * X_test
+    print("mean confidence on shifted inputs (5 × test rows): "
+          f"MAP {map_proba(la, shifted).max(1).mean():.3f}, "
+          f"LA (probit) {la.predict_proba(shifted).max(1).mean():.3f}")
 
     if plot:
         import matplotlib
