@@ -633,3 +633,14 @@ def test_memory_guard_names_cheaper_options():
     with pytest.raises(MemoryError, match="kron.*diag|diag.*kron"):
         compute_posterior("full", subset, LIKELIHOODS["categorical"](), ref["X"], ref["y"],
                           torch.ones(3, dtype=DT), "ggn", budget=1000)
+
+
+def test_layerwise_log_det_gradient_is_finite_with_zero_eigenvalues():
+    """A rank-deficient GGN (dead units, more rows than weights) must not give NaN gradients."""
+    V = torch.linalg.qr(torch.randn(6, 6, dtype=DT, generator=torch.Generator().manual_seed(1)))[0]
+    post = EigenPosterior(V, torch.tensor([0.0, 0.0, 1.0, 2.0, 3.0, 4.0], dtype=DT), 6)
+    delta = torch.tensor([0.5, 2.0], dtype=DT, requires_grad=True)
+    s = torch.tensor(0.7, dtype=DT, requires_grad=True)
+    value = post.log_det(delta[torch.tensor([0, 0, 0, 1, 1, 1])], s)
+    grads = torch.autograd.grad(value, (delta, s))
+    assert all(torch.isfinite(g).all() for g in grads)

@@ -18,7 +18,7 @@ class DiagPosterior:
         return self
 
     def functional_variance(self, J):
-        return torch.einsum("ncp,p,ndp->ncd", J, self._var, J)
+        return (J * self._var) @ J.transpose(1, 2)
 
     def last_layer_variance(self, phi, n_out, has_bias):
         """J Σ Jᵀ for f = W φ + b without forming J (θ = [vec W, b])."""

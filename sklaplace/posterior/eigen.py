@@ -68,7 +68,7 @@ class EigenPosterior:
             return torch.log(s * self.lam + delta).sum() + (self.n_params - self.rank) * torch.log(
                 delta
             )
-        root = (s * self.lam).sqrt()
+        root = s.sqrt() * self.lam.sqrt()  # not (s·λ)^½: its gradient is NaN at λ = 0
         capacitance = self._weighted_gram(delta) * root[:, None] * root[None, :]
         capacitance = capacitance + torch.eye(self.rank, dtype=capacitance.dtype)
         return torch.log(delta).sum() + _SPDLogDet.apply(capacitance)
@@ -109,25 +109,28 @@ class EigenPosterior:
         A = J * self._d_inv_sqrt
         AQ = A @ self._Q
         if self._complete:
-            return torch.einsum("ncr,r,ndr->ncd", AQ, 1 / (1 + self._omega2), AQ)
+            return (AQ / (1 + self._omega2)) @ AQ.transpose(1, 2)
         shrink = 1 / (1 + self._omega2) - 1
-        return A @ A.transpose(1, 2) + torch.einsum("ncr,r,ndr->ncd", AQ, shrink, AQ)
+        return A @ A.transpose(1, 2) + (AQ * shrink) @ AQ.transpose(1, 2)
 
     def last_layer_variance(self, phi, n_out, has_bias):
         """J Σ Jᵀ for f = W φ + b without forming J (θ = [vec W, b]): O(n C H r)."""
         n_w = n_out * phi.shape[1]
         M = self._d_inv_sqrt[:, None] * self._Q
-        JM = torch.einsum("nh,chr->ncr", phi, M[:n_w].reshape(n_out, phi.shape[1], -1))
+        n, H, r = phi.shape[0], phi.shape[1], M.shape[1]
+        # (n, H) @ (H, C·r): JM[n, c, r] = Σ_h φ_nh M[(c, h), r]
+        JM = (phi @ M[:n_w].reshape(n_out, H, r).transpose(0, 1).reshape(H, n_out * r)).reshape(
+            n, n_out, r)
         if has_bias:
             JM = JM + M[n_w:]
         if self._complete:
-            return torch.einsum("ncr,r,ndr->ncd", JM, 1 / (1 + self._omega2), JM)
+            return (JM / (1 + self._omega2)) @ JM.transpose(1, 2)
         d_inv = self._d_inv_sqrt**2
         AAt = (phi**2) @ d_inv[:n_w].reshape(n_out, -1).T
         if has_bias:
             AAt = AAt + d_inv[n_w:]
         shrink = 1 / (1 + self._omega2) - 1
-        return torch.diag_embed(AAt) + torch.einsum("ncr,r,ndr->ncd", JM, shrink, JM)
+        return torch.diag_embed(AAt) + (JM * shrink) @ JM.transpose(1, 2)
 
     def sample(self, n_samples, generator):
         z = torch.randn(n_samples, self.n_params, generator=generator, dtype=self.V.dtype)

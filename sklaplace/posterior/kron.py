@@ -55,19 +55,28 @@ class KronPosterior:
 
     @staticmethod
     def _rotate(X, factors, transpose):
-        """Apply (Q_G ⊗ Q_A)ᵀ (transpose=True) or (Q_G ⊗ Q_A) to the last axis of X."""
-        shape = X.shape[:-1] + tuple(Q.shape[0] for Q, _ in factors)
+        """Apply (Q_G ⊗ Q_A)ᵀ (transpose=True) or (Q_G ⊗ Q_A) to the last axis of X.
+
+        Row-major vec: (Q_G ⊗ Q_A)ᵀ vec(M) = vec(Q_Gᵀ M Q_A), two batched matmuls.
+        """
+        Qs = [Q if transpose else Q.T for Q, _ in factors]
+        if len(Qs) == 1:
+            return X @ Qs[0]
+        if len(Qs) == 2:
+            M = X.reshape(X.shape[:-1] + (Qs[0].shape[0], Qs[1].shape[0]))
+            return (Qs[0].T @ M @ Qs[1]).reshape(X.shape[:-1] + (-1,))
+        shape = X.shape[:-1] + tuple(Q.shape[0] for Q in Qs)
         X = X.reshape(shape)
-        for axis, (Q, _) in enumerate(factors):
-            dim = len(shape) - len(factors) + axis
-            X = torch.movedim(torch.movedim(X, dim, -1) @ (Q if transpose else Q.T), -1, dim)
-        return X.reshape(shape[: len(shape) - len(factors)] + (-1,))
+        for axis, Q in enumerate(Qs):
+            dim = len(shape) - len(Qs) + axis
+            X = torch.movedim(torch.movedim(X, dim, -1) @ Q, -1, dim)
+        return X.reshape(shape[: len(shape) - len(Qs)] + (-1,))
 
     def functional_variance(self, J):
         var = 0
         for (sl, factors, _), inv in zip(self.blocks, self._inv):
             Jr = self._rotate(J[..., sl], factors, transpose=True)
-            var = var + torch.einsum("ncp,p,ndp->ncd", Jr, inv, Jr)
+            var = var + (Jr * inv) @ Jr.transpose(1, 2)
         return var
 
     def last_layer_variance(self, phi, n_out, has_bias):
@@ -78,7 +87,7 @@ class KronPosterior:
         (_, [(Q_G, _), (Q_A, _)], _), inv_w = self.blocks[0], self._inv[0]
         psi = phi @ Q_A
         w = (psi**2) @ inv_w.reshape(n_out, -1).T
-        var = torch.einsum("co,no,do->ncd", Q_G, w, Q_G)
+        var = (w[:, None, :] * Q_G) @ Q_G.T  # Q_G diag(w_n) Q_Gᵀ per row
         if has_bias:
             (_, [(Q_b, _)], _), inv_b = self.blocks[1], self._inv[1]
             var = var + (Q_b * inv_b) @ Q_b.T

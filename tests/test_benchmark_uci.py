@@ -1,0 +1,66 @@
+"""The UCI benchmark runner in quick mode: tables with the expected rows and finite numbers."""
+
+import csv
+import math
+
+import pytest
+
+from sklaplace.benchmarks import uci
+from sklaplace.benchmarks.__main__ import build_parser, main
+from sklaplace.benchmarks.data import default_data_dir
+
+
+@pytest.fixture(scope="module")
+def data_dir():
+    try:
+        return default_data_dir()
+    except FileNotFoundError as exc:
+        pytest.skip(f"offline benchmark data not available: {exc}")
+
+
+def test_uci_quick_mode(tmp_path, data_dir, capsys):
+    cache = tmp_path / "cache"
+    out_csv = tmp_path / "table.csv"
+    argv = ["uci", "--quick", "--quiet", "--cache-dir", str(cache), "--out", str(out_csv),
+            "--data-dir", str(data_dir)]
+    rows = main(argv)
+
+    expected = {("regression", d, m) for d in uci.QUICK_DATASETS["regression"]
+                for m in uci.REGRESSION_METHODS}
+    expected |= {("classification", d, m) for d in uci.QUICK_DATASETS["classification"]
+                 for m in uci.CLASSIFICATION_METHODS}
+    assert {(r["protocol"], r["dataset"], r["method"]) for r in rows} == expected
+    for r in rows:
+        assert r["n_splits"] == 1
+        metrics = ("nll", "rmse") if r["protocol"] == "regression" else ("nll", "acc", "ece")
+        for metric in metrics:
+            assert math.isfinite(r[f"{metric}_mean"]), (r["dataset"], r["method"], metric)
+        if r["protocol"] == "classification":
+            assert 0 <= r["acc_mean"] <= 1 and 0 <= r["ece_mean"] <= 1
+        if r["method"] == "map":  # every dataset here has a printed MAP value
+            assert math.isfinite(r["paper_nll_mean"]) and r["nll_flag"] in ("ok", "DIFFERS")
+
+    with open(out_csv, newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert len(table) == len(expected)
+    for col in ("protocol", "dataset", "method", "paper_column", "n_splits", "nll_mean",
+                "nll_se", "paper_nll_mean", "nll_flag", "acc_mean", "ece_mean"):
+        assert col in table[0]
+    assert "| yacht | map | MAP | 1 |" in capsys.readouterr().out
+
+    # --report rebuilds the same table from the cache without training anything;
+    # --resume finds every result cached and runs nothing either.
+    out_md = tmp_path / "table.md"
+    again = main(argv[:-4] + ["--report", "--out", str(out_md), "--data-dir", str(data_dir)])
+    assert [(r["dataset"], r["method"], r["nll_mean"]) for r in again] == [
+        (r["dataset"], r["method"], r["nll_mean"]) for r in rows]
+    assert "| glass | glm | glm |" in out_md.read_text()
+    stamps = {p: p.stat().st_mtime_ns for p in cache.rglob("split_*.json")}
+    assert len(stamps) == len(expected)
+    main(argv[:-4] + ["--resume", "--out", str(out_md), "--data-dir", str(data_dir)])
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("split_*.json")} == stamps
+
+
+def test_parser_has_uci_subcommand():
+    args = build_parser().parse_args(["uci", "--splits", "0,2-3", "--protocol", "regression"])
+    assert args.splits == [0, 2, 3] and args.protocol == "regression"
