@@ -89,20 +89,16 @@ def full_curvature(
     return EigenPosterior.from_matrix(H, rank=rank, structure=structure)
 
 
-def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096):
-    """Exact diagonal GGN / EF of a net whose weights all sit in nn.Linear layers.
+def _preactivation_factors(subset, layers, likelihood, X, y, out_scale, curvature,
+                           chunk=4096):
+    """Backpropagate the row factors F_n to the pre-activations of ``layers``.
 
-    Per row the gradient of the weight block is B_nk a_nᵀ (B_nk = ∂(f_n·F_nk)/∂s,
-    s the layer's pre-activation, a_n its input), so its square sums to
-    (Σ_n B_nk²)ᵀ-weighted a_n², one matmul per layer: O(N·(in + out)·out) instead
-    of forming the N × C × P Jacobians. Returns None (use the Jacobians) when a
-    layer sees more than one input row per data row or runs more than once.
+    Per row chunk yields (inputs, factors, single_pass): the input a of every layer
+    and, for every column k of F_n, B_k = ∂(Σ_n f_n·F_nk)/∂s (rows are independent,
+    so row n of B_k is row n's own factor) — the backward pass of BackPACK's KFLR.
+    ``single_pass`` is False when a layer ran more than once or saw other than one
+    input row per data row.
     """
-    try:
-        layers = subset.linear_layers()
-    except ValueError:
-        return None
-    h = torch.zeros(subset.n_params, dtype=X.dtype)
     for sl in _chunks(X.shape[0], chunk):
         inputs, eps, calls = {}, {}, [0] * len(layers)
 
@@ -119,22 +115,44 @@ def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096):
         try:
             with torch.enable_grad():
                 f = subset.module(X[sl]).reshape(sl.stop - sl.start, -1)
-                if any(c != 1 for c in calls) or any(a.dim() != 2 for a in inputs.values()):
-                    return None
                 F = _row_factors(likelihood, f.detach(), y[sl], out_scale, curvature)
                 targets = [eps[i] for i in range(len(layers))]
-                for k in range(F.shape[2]):
-                    grads = torch.autograd.grad(
-                        (f * F[:, :, k]).sum(), targets, retain_graph=k + 1 < F.shape[2]
-                    )
-                    for i, ((_, w, b), B) in enumerate(zip(layers, grads)):
-                        B2 = B**2
-                        h[w] += (B2.T @ inputs[i] ** 2).reshape(-1)
-                        if b is not None:
-                            h[b] += B2.sum(0)
+                factors = [
+                    torch.autograd.grad((f * F[:, :, k]).sum(), targets,
+                                        retain_graph=k + 1 < F.shape[2])
+                    for k in range(F.shape[2])
+                ]
         finally:
             for handle in handles:
                 handle.remove()
+        a = [inputs[i] for i in range(len(layers))]
+        single_pass = all(c == 1 for c in calls) and all(x.dim() == 2 for x in a)
+        yield a, factors, single_pass
+
+
+def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096):
+    """Exact diagonal GGN / EF of a net whose weights all sit in nn.Linear layers.
+
+    The gradient of a weight block for row n and factor column k is B_nk a_nᵀ, so
+    the diagonal is Σ_nk B_nk² (a_n²)ᵀ: one matmul per layer, O(N·(in + out)·out),
+    instead of the N × C × P Jacobians. Returns None (use the Jacobians) when a
+    layer runs more than once or sees more than one input row per data row.
+    """
+    try:
+        layers = subset.linear_layers()
+    except ValueError:
+        return None
+    h = torch.zeros(subset.n_params, dtype=X.dtype)
+    for a, factors, single_pass in _preactivation_factors(subset, layers, likelihood, X, y,
+                                                           out_scale, curvature, chunk):
+        if not single_pass:
+            return None
+        for grads in factors:
+            for (_, w, b), B, a_i in zip(layers, grads, a):
+                B2 = B**2
+                h[w] += (B2.T @ a_i**2).reshape(-1)
+                if b is not None:
+                    h[b] += B2.sum(0)
     return h
 
 
@@ -149,7 +167,7 @@ def diag_curvature(subset, likelihood, X, y, out_scale, curvature="ggn"):
     return DiagPosterior(h)
 
 
-def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", chunk=4096):
+def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn"):
     """Kronecker factors per nn.Linear layer: KFLR-style exact GGN factors or EF.
 
     For layer l with inputs a_n and B_n = ∂f_n/∂s_lᵀ F_n (s_l the pre-activation),
@@ -157,50 +175,28 @@ def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", chunk=4
     (Σ_n B_n B_nᵀ) ⊗ (Σ_n a_n a_nᵀ) / N; the bias block Σ_n B_n B_nᵀ is exact.
     """
     if subset.kind == "last_layer":
-        return _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk)
+        return _last_layer_kron(subset, likelihood, X, y, out_scale, curvature)
     layers = subset.linear_layers()
-    n_total = X.shape[0]
     G = [0.0] * len(layers)
     A = [0.0] * len(layers)
-    for sl in _chunks(n_total, chunk):
-        inputs, eps = {}, {}
-
-        def hook(module, inp, out, i):
-            inputs[i] = inp[0].detach()
-            eps[i] = torch.zeros_like(out, requires_grad=True)
-            return out + eps[i]
-
-        handles = [
-            layer.register_forward_hook(lambda m, inp, out, i=i: hook(m, inp, out, i))
-            for i, (layer, _, _) in enumerate(layers)
-        ]
-        try:
-            with torch.enable_grad():
-                f = subset.module(X[sl]).reshape(sl.stop - sl.start, -1)
-                F = _row_factors(likelihood, f.detach(), y[sl], out_scale, curvature)
-                targets = [eps[i] for i in range(len(layers))]
-                for k in range(F.shape[2]):
-                    grads = torch.autograd.grad(
-                        (f * F[:, :, k]).sum(), targets, retain_graph=k + 1 < F.shape[2]
-                    )
-                    for i, B in enumerate(grads):
-                        B = B.reshape(-1, B.shape[-1])
-                        G[i] = G[i] + B.T @ B
-        finally:
-            for h in handles:
-                h.remove()
-        for i in range(len(layers)):
-            a = inputs[i].reshape(-1, inputs[i].shape[-1])
-            A[i] = A[i] + a.T @ a
+    for a, factors, _ in _preactivation_factors(subset, layers, likelihood, X, y, out_scale,
+                                                 curvature):
+        for grads in factors:
+            for i, B in enumerate(grads):
+                B = B.reshape(-1, B.shape[-1])
+                G[i] = G[i] + B.T @ B
+        for i, a_i in enumerate(a):
+            a_i = a_i.reshape(-1, a_i.shape[-1])
+            A[i] = A[i] + a_i.T @ a_i
     blocks = []
     for i, (_, w, b) in enumerate(layers):
-        blocks.append((w, [G[i], A[i] / n_total]))
+        blocks.append((w, [G[i], A[i] / X.shape[0]]))
         if b is not None:
             blocks.append((b, [G[i]]))
     return KronPosterior(blocks, subset.n_params)
 
 
-def _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk):
+def _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk=4096):
     """Last layer f = Wφ + b: B_n = F_n exactly, so G = Σ F_n F_nᵀ and A = Σ φφᵀ / N."""
     C, H = subset.n_out, subset.n_features
     G = torch.zeros(C, C, dtype=X.dtype)
