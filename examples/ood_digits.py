@@ -7,6 +7,16 @@ uses 1 − max softmax of the trained network; the Laplace approximation (all
 weights, full GGN, evidence-tuned prior) uses the same confidence under its
 probit and Laplace-bridge predictives, the mutual information (epistemic part)
 and the Laplace-bridge Dirichlet precision.
+
+A real run (2 CPU cores, sklaplace 0.1.0) printed:
+
+    digits 0-4 (630 train rows), test 271 in / 896 OOD; LA: all/full, δ = 2.45
+    score                        AUROC    AUPR  FPR@95
+    MAP confidence               0.924   0.969   0.310
+    LA probit confidence         0.954   0.974   0.151
+    LA bridge confidence         0.934   0.973   0.225
+    LA mutual information        0.959   0.972   0.148
+    LA Dirichlet precision       0.950   0.980   0.218
 """
 
 import numpy as np
