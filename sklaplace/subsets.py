@@ -208,13 +208,15 @@ class LastLayer:
     def features(self, X):
         """Penultimate features φ(X), the input of the last layer, like X (CPU, float64)."""
         training = self.module.training
-        self.module.eval()
+        if training:  # eval mode for the features (dropout, batch norm), restored after
+            self.module.eval()
         try:
             with torch.no_grad():
                 phi = _layer_input(self.module, self.layer_name, _to_module(X, self.module))
                 return phi.to(device=X.device, dtype=X.dtype)
         finally:
-            self.module.train(training)
+            if training:
+                self.module.train()
 
     def _split(self, theta):
         W = theta[..., : self.n_out * self.n_features].reshape(
