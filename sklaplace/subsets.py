@@ -278,12 +278,9 @@ class Subnetwork:
         )
 
     def _full(self, theta):
+        """All weights: the MAP with the subnetwork's entries replaced by ``theta``."""
         full = self._all.theta.clone()
-        if theta.dim() == 1:
-            full[self.indices] = theta
-            return full
-        full = full.expand(theta.shape[0], -1).clone()
-        full[:, self.indices] = theta
+        full[self.indices] = theta
         return full
 
     def forward(self, X, theta=None):

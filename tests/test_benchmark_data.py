@@ -19,12 +19,6 @@ from sklaplace.benchmarks.data import (
 )
 
 
-@pytest.fixture(scope="module")
-def data_dir():
-    try:
-        return default_data_dir()
-    except FileNotFoundError as exc:
-        pytest.skip(f"offline benchmark data not available: {exc}")
 
 
 # (rows, features) of every regression set.

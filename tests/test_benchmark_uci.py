@@ -7,15 +7,8 @@ import pytest
 
 from sklaplace.benchmarks import uci
 from sklaplace.benchmarks.__main__ import build_parser, main
-from sklaplace.benchmarks.data import default_data_dir
 
 
-@pytest.fixture(scope="module")
-def data_dir():
-    try:
-        return default_data_dir()
-    except FileNotFoundError as exc:
-        pytest.skip(f"offline benchmark data not available: {exc}")
 
 
 def test_uci_quick_mode(tmp_path, data_dir, capsys):
