@@ -252,6 +252,7 @@ class BaseLaplace(BaseEstimator):
                 prior_precision=self._training_prior(sizes), seed=train_seed,
                 callbacks=self._online_callbacks(sizes, y_model) if online else (),
             )
+            self.net_.module_.eval()  # inference mode from here on, as skorch's predict leaves it
         self._fit_laplace(X, y_model, sigma0, y_scale)
         return self
 
@@ -491,23 +492,24 @@ class BaseLaplace(BaseEstimator):
 
     # ------------------------------------------------------------ prediction
     def _X_tensor(self, X):
-        X = validate_numeric(self, X, reset=False, dtype=[np.float64, np.float32])
-        return torch.tensor(np.asarray(X), dtype=torch.float64)
+        X = np.asarray(validate_numeric(self, X, reset=False, dtype=[np.float64, np.float32]))
+        if X.dtype == np.float64 and X.flags.c_contiguous and X.flags.writeable:
+            return torch.from_numpy(X)  # shared, not copied: prediction never writes into X
+        return torch.tensor(X, dtype=torch.float64)
 
-    def _row_chunks(self, n_rows):
-        per_row = 8 * self._n_model_outputs * self._subset.n_params
+    def _row_chunks(self, n_rows, moments=False):
+        per_row = self._subset.row_bytes(self._n_model_outputs, moments)
         size = max(1, PREDICT_CHUNK_BYTES // per_row)
         return [slice(s, min(s + size, n_rows)) for s in range(0, n_rows, size)]
 
     def _glm_moments(self, Xt):
         """MAP outputs (n, C) and functional covariance J Σ Jᵀ (n, C, C)."""
-        means, covs = [], []
         with torch.no_grad():
-            for sl in self._row_chunks(len(Xt)):
-                f, cov = self._subset.moments(Xt[sl], self._posterior)
-                means.append(f)
-                covs.append(cov)
-        return torch.cat(means), torch.cat(covs)
+            parts = [self._subset.moments(Xt[sl], self._posterior)
+                     for sl in self._row_chunks(len(Xt), moments=True)]
+        if len(parts) == 1:
+            return parts[0]
+        return torch.cat([f for f, _ in parts]), torch.cat([cov for _, cov in parts])
 
     def _generator(self, seed=None):
         gen = torch.Generator()

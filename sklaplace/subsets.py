@@ -15,6 +15,9 @@ import torch
 from torch import nn
 from torch.func import functional_call, jacrev, vmap
 
+# Rows per float64 block of the last-layer predictive (≈1 MB of features at width 64).
+FEATURE_BLOCK_ROWS = 2048
+
 
 def named_params(module):
     """The trainable parameters of ``module`` as an ordered list of (name, tensor)."""
@@ -116,6 +119,10 @@ class AllWeights:
         self.whole_index = np.arange(self.n_params)
         self.group_index = np.repeat(np.arange(len(self.names)), np.diff(offsets))
 
+    def row_bytes(self, n_out, moments=False):
+        """Bytes per row of the largest prediction buffer, the Jacobians (n, C, P)."""
+        return 8 * n_out * self.n_params
+
     def _unflatten(self, theta):
         params, start = {}, 0
         for name, shape in zip(self.names, self.shapes):
@@ -205,18 +212,27 @@ class LastLayer:
             [np.full(offsets[g + 1] - offsets[g], g) for g in groups]
         )
 
-    def features(self, X):
-        """Penultimate features φ(X), the input of the last layer, like X (CPU, float64)."""
+    def native_features(self, X):
+        """Penultimate features φ(X) as the module computes them (its device and dtype)."""
         training = self.module.training
         if training:  # eval mode for the features (dropout, batch norm), restored after
             self.module.eval()
         try:
             with torch.no_grad():
-                phi = _layer_input(self.module, self.layer_name, _to_module(X, self.module))
-                return phi.to(device=X.device, dtype=X.dtype)
+                return _layer_input(self.module, self.layer_name, _to_module(X, self.module))
         finally:
             if training:
                 self.module.train()
+
+    def features(self, X):
+        """Penultimate features φ(X), the input of the last layer, like X (CPU, float64)."""
+        return self.native_features(X).to(device=X.device, dtype=X.dtype)
+
+    def row_bytes(self, n_out, moments=False):
+        """Bytes per row of the largest prediction buffer: features for the moments, else J."""
+        if moments:
+            return 8 * (self.n_features + n_out * (n_out + 1))
+        return 8 * n_out * self.n_params
 
     def _split(self, theta):
         W = theta[..., : self.n_out * self.n_features].reshape(
@@ -242,11 +258,22 @@ class LastLayer:
         return self.forward(X, features=phi), J
 
     def moments(self, X, posterior):
-        """MAP outputs and J Σ Jᵀ straight from the features."""
-        phi = self.features(X)
-        return self.forward(X, features=phi), posterior.last_layer_variance(
-            phi, self.n_out, self.has_bias
-        )
+        """MAP outputs and J Σ Jᵀ straight from the features.
+
+        The features come in the module's dtype; the float64 maths runs on blocks of
+        rows, so its buffers stay small and cache-resident however many rows come.
+        """
+        phi = self.native_features(X)
+        n, C = phi.shape[0], self.n_out
+        W, b = self._split(self.theta)
+        f = torch.empty(n, C, dtype=X.dtype, device=X.device)
+        var = torch.empty(n, C, C, dtype=X.dtype, device=X.device)
+        for start in range(0, n, FEATURE_BLOCK_ROWS):
+            rows = slice(start, start + FEATURE_BLOCK_ROWS)
+            block = phi[rows].to(device=X.device, dtype=X.dtype)
+            torch.matmul(block, W.T, out=f[rows])
+            var[rows] = posterior.last_layer_variance(block, C, self.has_bias)
+        return f if b is None else f.add_(b), var
 
 
 class Subnetwork:
@@ -262,6 +289,10 @@ class Subnetwork:
         self.n_params = self.theta.numel()
         self.whole_index = self.indices.numpy()
         self.group_index = self._all.group_index[self.whole_index]
+
+    def row_bytes(self, n_out, moments=False):
+        """Bytes per row of the largest prediction buffer, the all-weights Jacobians."""
+        return self._all.row_bytes(n_out)
 
     @staticmethod
     def indices_from_names(module, names):

@@ -28,6 +28,7 @@ from sklaplace.curvature import compute_posterior, noise_power
 from sklaplace.evidence import LOG_PRIOR_BOUNDS, Evidence, maximize_evidence
 from sklaplace.likelihoods import LIKELIHOODS
 from sklaplace.posterior import EigenPosterior
+from sklaplace import subsets as subsets_module
 from sklaplace.subsets import AllWeights, LastLayer, Subnetwork
 
 DT = torch.float64
@@ -644,3 +645,29 @@ def test_layerwise_log_det_gradient_is_finite_with_zero_eigenvalues():
     value = post.log_det(delta[torch.tensor([0, 0, 0, 1, 1, 1])], s)
     grads = torch.autograd.grad(value, (delta, s))
     assert all(torch.isfinite(g).all() for g in grads)
+
+
+# --------------------------------------------------------------------------- last-layer predictive
+@pytest.mark.parametrize("lik", LIKS)
+@pytest.mark.parametrize("structure", ["full", "diag", "kron", "lowrank"])
+@pytest.mark.parametrize("bias_last", [True, False])
+@pytest.mark.parametrize("block_rows", [2, 4096])
+def test_last_layer_moments_match_dense(monkeypatch, lik, structure, bias_last, block_rows):
+    """Closed-form last-layer moments (one output: triangular root) = f and J Σ Jᵀ, dense."""
+    monkeypatch.setattr(subsets_module, "FEATURE_BLOCK_ROWS", block_rows)
+    ref = reference(lik, 20, bias_last)
+    subset, cols = make_subset("last_layer", ref["module"], ref["X"])
+    post = compute_posterior(structure, subset, LIKELIHOODS[lik](), ref["X"], ref["y"],
+                             out_scale_for(lik), "ggn", 3 if structure == "lowrank" else None)
+    delta = prior("scalar", len(cols))
+    post.set_prior(delta, torch.tensor(S, dtype=DT))
+    X_test = torch.randn(5, 3, generator=torch.Generator().manual_seed(7), dtype=DT)
+    J_test = probe_jacobians(ref["module"], cols)
+    f, var = subset.moments(X_test, post)
+    with torch.no_grad():
+        close(f, ref["module"](X_test))
+    # functional_variance(J) is checked against dense matrices per structure elsewhere.
+    close(var, post.functional_variance(J_test))
+    if structure == "kron":
+        Sigma = torch.linalg.inv(S * kron_dense(post, len(cols)) + delta * torch.eye(len(cols), dtype=DT))
+        close(var, J_test @ Sigma @ J_test.transpose(1, 2))

@@ -120,6 +120,37 @@ def timed(fns, repeats):
     return {k: (statistics.median(times[k]), peaks[k], last[k]) for k in fns}
 
 
+def settle_allocator():
+    """Raise glibc's mmap threshold before timing short calls, for both sides alike.
+
+    glibc serves buffers above a dynamic threshold (128 KiB at start) with fresh
+    ``mmap`` pages, so a process that has never freed a large buffer page-faults
+    every MB-sized tensor of every call (≈2.5 µs per page on this VM: more than the
+    arithmetic).  Freeing one 16 MiB buffer raises the threshold, as any earlier
+    large computation in a real process does.
+    """
+    torch.empty(2**22, dtype=torch.float32).fill_(0)
+
+
+def timed_steady(fns, rounds, calls):
+    """Per-call median seconds of short callables, each timed in its own steady state.
+
+    ``rounds`` rounds, interleaved; in each, ``calls`` back-to-back calls of one
+    callable, of which the second half is timed.  Returns {name: median seconds}.
+    """
+    settle_allocator()
+    per_round = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times = []
+            for _ in range(calls):
+                start = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - start)
+            per_round[name].append(statistics.median(times[calls // 2:]))
+    return {k: statistics.median(v) for k, v in per_round.items()}
+
+
 def _mb(n_bytes):
     return f"{n_bytes / 2**20:.0f}"
 
@@ -326,18 +357,19 @@ def section_map_baseline(repeats, out):
             with torch.no_grad():
                 return module(torch.as_tensor(X, dtype=torch.float32))
 
-        pres = timed({"proba": lambda: est.predict_proba(X), "forward": forward}, 20 * repeats)
+        pres = timed_steady({"proba": lambda: est.predict_proba(X), "forward": forward},
+                            4 * repeats, 40)
         X16 = np.tile(X, (16, 1))
 
         def forward16():
             with torch.no_grad():
                 return module(torch.as_tensor(X16, dtype=torch.float32))
 
-        pres16 = timed({"proba": lambda: est.predict_proba(X16), "forward": forward16},
-                       5 * repeats)
+        pres16 = timed_steady({"proba": lambda: est.predict_proba(X16), "forward": forward16},
+                              4 * repeats, 20)
         t_fit, t_map = res["fit"][0], res["map"][0]
-        t_pred, t_fwd = pres["proba"][0], pres["forward"][0]
-        t_pred16, t_fwd16 = pres16["proba"][0], pres16["forward"][0]
+        t_pred, t_fwd = pres["proba"], pres["forward"]
+        t_pred16, t_fwd16 = pres16["proba"], pres16["forward"]
         label = f"{label} ({est.subset_of_weights_} + {est.hessian_structure_}, P={est.n_params_})"
         results[label] = (t_fit / t_map, t_pred / t_fwd)
         out.append(f"| {label} | {_fmt(t_fit)} | {_fmt(t_map)} | {t_fit / t_map:.3f} | "
@@ -347,7 +379,9 @@ def section_map_baseline(repeats, out):
     out.append("\nLA fit = the whole `LaplaceClassifier.fit` (MAP training included); MAP "
                "training = `nets.train_map` of the same default net alone. predict_proba on "
                f"all {len(X)} rows (and on the data tiled ×16, {16 * len(X)} rows) against "
-               "`module(X)` under `no_grad`.\n")
+               "`module(X)` under `no_grad` (its float32 cast of X included), each timed in "
+               "steady state (`timed_steady`: back-to-back calls, interleaved rounds, medians) "
+               "after `settle_allocator`.\n")
     return results
 
 

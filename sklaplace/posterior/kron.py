@@ -7,7 +7,9 @@ prior is added exactly in the eigenbasis (not damped), so
 O(P) per evaluation for scalar and layer-wise priors.
 """
 
+import numpy as np
 import torch
+from scipy.linalg.blas import dtrmm
 
 
 def _block_eigvals(eigs):
@@ -51,6 +53,7 @@ class KronPosterior:
     def set_prior(self, delta, s):
         delta = delta.detach()
         self._inv = [1 / (s * lam + self._block_delta(delta, sl)) for sl, _, lam in self.blocks]
+        self._single_output_root = self._bias_cov_cache = None
         return self
 
     @staticmethod
@@ -83,15 +86,34 @@ class KronPosterior:
         """J Σ Jᵀ for f = W φ + b from the factors (blocks: W with [G, A], then b with [G]).
 
         With ψ = Q_Aᵀ φ, the weight block gives Q_G diag(Σ_i ψ_i² / (s g_o a_i + δ)) Q_Gᵀ.
+        One output: Σ_W = Rᵀ R with R triangular, so φᵀ Σ_W φ = ‖R φ‖², half the flops.
         """
-        (_, [(Q_G, _), (Q_A, _)], _), inv_w = self.blocks[0], self._inv[0]
-        psi = phi @ Q_A
-        w = (psi**2) @ inv_w.reshape(n_out, -1).T
-        var = (w[:, None, :] * Q_G) @ Q_G.T  # Q_G diag(w_n) Q_Gᵀ per row
+        if n_out == 1 and phi.device.type == "cpu":
+            rphi = torch.from_numpy(dtrmm(1.0, self._weight_root(), phi.numpy().T).T)  # (n, H)
+            var = torch.linalg.vector_norm(rphi, dim=1).square_().reshape(-1, 1, 1)
+        else:
+            (_, [(Q_G, _), (Q_A, _)], _), inv_w = self.blocks[0], self._inv[0]
+            w = (phi @ Q_A).square_() @ inv_w.reshape(n_out, -1).T
+            outer = (Q_G.T[:, :, None] * Q_G.T[:, None, :]).reshape(n_out, -1)  # row o: q_o q_oᵀ
+            var = (w @ outer).reshape(-1, n_out, n_out)
         if has_bias:
-            (_, [(Q_b, _)], _), inv_b = self.blocks[1], self._inv[1]
-            var = var + (Q_b * inv_b) @ Q_b.T
+            var += self._bias_cov()
         return var
+
+    def _bias_cov(self):
+        """Σ_b = Q_b diag(inv) Q_bᵀ of the bias block (cached)."""
+        if self._bias_cov_cache is None:
+            (_, [(Q_b, _)], _), inv_b = self.blocks[1], self._inv[1]
+            self._bias_cov_cache = (Q_b * inv_b) @ Q_b.T
+        return self._bias_cov_cache
+
+    def _weight_root(self):
+        """Upper-triangular R with Rᵀ R = Q_A diag(inv) Q_Aᵀ, the covariance of one output's W."""
+        if self._single_output_root is None:
+            (_, [_, (Q_A, _)], _), inv_w = self.blocks[0], self._inv[0]
+            B = Q_A * inv_w.sqrt()  # B Bᵀ = Σ_W; Bᵀ = Q R gives Σ_W = Rᵀ R
+            self._single_output_root = np.asfortranarray(torch.linalg.qr(B.T, mode="r").R.numpy())
+        return self._single_output_root
 
     def sample(self, n_samples, generator):
         dtype = self.blocks[0][2].dtype
