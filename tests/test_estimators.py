@@ -75,6 +75,19 @@ def test_binary_uses_one_logit_and_decision_function_is_log_odds():
     np.testing.assert_array_equal(clf.predict(X), clf.classes_[(clf.decision_function(X) > 0) * 1])
 
 
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("subset", ["last_layer", "all"])
+def test_predict_proba_equals_predict_dist_proba(iris, binary, subset):
+    """predict_proba's probit shortcut gives predict_dist(X).proba() to the last bit."""
+    X, y = iris
+    if binary:
+        X, y = make_classification(n_samples=80, n_features=4, random_state=0)
+    for link in ("probit", "bridge"):
+        clf = LaplaceClassifier(link_approx=link, subset_of_weights=subset,
+                                hessian_structure="kron", **FAST).fit(X, y)
+        np.testing.assert_array_equal(clf.predict_proba(X), clf.predict_dist(X).proba())
+
+
 def test_predictions_are_deterministic(iris):
     X, y = iris
     for link in ("probit", "bridge", "mc"):

@@ -125,6 +125,7 @@ CLASSIFICATION_COLUMNS = MappingProxyType({
     "glm_diag": "glm-diag",
     "bnn": "bnn",
     "la_evidence": None,
+    "online_kron": None,
 })
 
 #: Our data set name → the paper's row name.

@@ -410,20 +410,22 @@ def section_scaling(repeats, out):
                "scalar evidence tuning)\n")
     out.append("### With N (data tiled ×k with jitter N(0, 0.01²))\n")
     out.append("| subset | structure | " + " | ".join(f"×{k} (N={k * len(X)}) ms" for k in
-                                                    (1, 2, 4, 8)) + " | ×8 / ×1 |")
-    out.append("|---|---|---|---|---|---|---|")
+                                                    (1, 2, 4, 8)) + " | ×8 / ×1 | peak MB ×1 → ×8 |")
+    out.append("|---|---|---|---|---|---|---|---|")
     tiled = {k: (np.tile(X, (k, 1)) + 0.01 * rng.randn(k * len(X), X.shape[1]) * (k > 1),
                  np.tile(y, k)) for k in (1, 2, 4, 8)}
     growth = {}
     for subset, structure in configs:
-        times = []
+        times, peaks = [], []
         for k in (1, 2, 4, 8):
             Xn, yn = tiled[k]
             la_fit(Xn, yn, subset, structure)
-            times.append(timed({"f": lambda: la_fit(Xn, yn, subset, structure)}, repeats)["f"][0])
+            t, peak, _ = timed({"f": lambda: la_fit(Xn, yn, subset, structure)}, repeats)["f"]
+            times.append(t)
+            peaks.append(peak)
         growth[(subset, structure)] = times[-1] / times[0]
         out.append(f"| {subset} | {structure} | " + " | ".join(_fmt(t) for t in times) +
-                   f" | {times[-1] / times[0]:.1f} |")
+                   f" | {times[-1] / times[0]:.1f} | {_mb(peaks[0])} → {_mb(peaks[-1])} |")
         print(out[-1], flush=True)
     out.append("\n### With width (2 hidden layers of width H, N=569)\n")
     widths = (25, 50, 100, 200)

@@ -1,0 +1,164 @@
+"""GGN curvature through BackPACK, for networks our nn.Linear code does not cover.
+
+BackPACK backpropagates a square root of the loss Hessian through the modules it
+knows (convolutions, pooling, padding, activations, flatten, linear, ...):
+
+- ``KFLR`` gives Kronecker factors of the exact GGN (its ``KFAC`` samples the
+  loss Hessian, Monte-Carlo, so it is not used).  Per layer the weight block is
+  G ⊗ A with G = Σ_n B_n B_nᵀ summed over spatial positions (the exact GGN of the
+  bias) and A = Σ_n Σ_t u_nt u_ntᵀ / N over the unfolded inputs — our
+  ``kron_curvature`` convention, to which it reduces for nn.Linear layers;
+- ``DiagGGNExact`` gives the exact diagonal of the GGN.
+
+Both need the output Hessian in the form of a torch loss with summed reduction
+(``_loss``); the targets do not enter the GGN of these losses.  The module is a
+converted copy (``extend(..., use_converter=True)``, via torch.fx), so the
+subset's module is never touched; every function returns None when BackPACK
+cannot handle the module, and the caller falls back.
+"""
+
+import copy
+import warnings
+
+import torch
+from backpack import backpack, extend
+from backpack.extensions import KFLR, DiagGGNExact
+from torch import nn
+from torch.fx.proxy import TraceError
+
+from .posterior import KronPosterior
+
+# Layers whose KFLR weight factors are [G (out × out), A]: the row-major weight
+# (out, in, k...) read as (out, in·k...).  ConvTranspose stores (in, out, k...).
+_KRON_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+# Raised by BackPACK for modules or set-ups it does not support (AssertionError:
+# a backpropagated quantity is missing, e.g. after a functional op it cannot see).
+_UNSUPPORTED = (NotImplementedError, AssertionError, TraceError)
+
+
+def _loss(likelihood, out_scale):
+    """(loss module, target maker, c) with c · GGN(loss) our GGN, or None.
+
+    Our GGN uses Λ_n = S_n S_nᵀ from ``likelihood.sqrt_hessian`` with rows scaled
+    by ``out_scale``: softmax and Bernoulli Λ match cross-entropy and BCE with
+    logits; for the Gaussian Λ = diag(out_scale²), while MSELoss(sum) has
+    Hessian 2I, so c = out_scale²/2 when all entries are equal.
+    """
+    if likelihood.name == "categorical":
+        return nn.CrossEntropyLoss(reduction="sum"), lambda f: f.new_zeros(f.shape[0],
+                                                                           dtype=torch.long), 1.0
+    if likelihood.name == "bernoulli":
+        return nn.BCEWithLogitsLoss(reduction="sum"), torch.zeros_like, 1.0
+    if likelihood.name == "gaussian":
+        if (out_scale != out_scale[0]).any():
+            return None
+        return nn.MSELoss(reduction="sum"), torch.zeros_like, float(out_scale[0]) ** 2 / 2
+    return None
+
+
+def _prepare(subset, likelihood, out_scale):
+    """(extended copy, its parameters in ``subset.names`` order, loss, target maker, c) or None.
+
+    The converter keeps qualified names but may reorder parameters, so they are
+    matched by name and checked by shape; None when the likelihood has no
+    matching loss, conversion fails or the parameters do not correspond.
+    """
+    spec = _loss(likelihood, out_scale)
+    if spec is None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            # The converter warns about every functional node; one BackPACK cannot
+            # backpropagate through surfaces as an error in the backward pass.
+            warnings.filterwarnings("ignore", "Encountered node that may break", UserWarning)
+            module = extend(copy.deepcopy(subset.module), use_converter=True)
+    except _UNSUPPORTED:
+        return None
+    params = {k: p for k, p in module.named_parameters() if p.requires_grad}
+    if sorted(params) != sorted(subset.names):
+        return None
+    ordered = [params[k] for k in subset.names]
+    if [tuple(p.shape) for p in ordered] != [tuple(s) for s in subset.shapes]:
+        return None
+    loss_fn, target, c = spec
+    return module, ordered, extend(loss_fn), target, c
+
+
+def _chunk_results(prepared, X, extension, chunk):
+    """Yield (BackPACK's result per parameter, rows) after each chunk's backward pass.
+
+    Stops early when BackPACK cannot handle the module; callers compare the
+    rows seen with N.
+    """
+    module, params, loss_fn, target, _ = prepared
+    for start in range(0, X.shape[0], chunk):
+        x = X[start : start + chunk]
+        with torch.enable_grad(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
+            f = module(x)
+            if f.dim() != 2:  # a reshape after the last module would cut BackPACK's chain
+                return
+            try:
+                with backpack(extension):
+                    loss_fn(f, target(f)).backward()
+            except _UNSUPPORTED:
+                return
+        values = [getattr(p, extension.savefield, None) for p in params]
+        if any(v is None for v in values):  # a parameter used outside a known module
+            return
+        yield values, x.shape[0]
+        for p in params:
+            p.grad = None
+
+
+def backpack_diag(subset, likelihood, X, y, out_scale, chunk=4096):
+    """Exact diagonal GGN (P,) of all weights with BackPACK's DiagGGNExact, or None.
+
+    ``y`` is unused: the GGN of these likelihoods does not depend on the targets.
+    """
+    h = torch.zeros(subset.n_params, dtype=X.dtype)
+    done = 0
+    for values, rows, c in _run(subset, likelihood, X, out_scale, DiagGGNExact(), chunk):
+        h += c * torch.cat([v.detach().reshape(-1) for v in values])
+        done += rows
+    return h if done == X.shape[0] and X.shape[0] > 0 else None
+
+
+def backpack_kron(subset, likelihood, X, y, out_scale, chunk=4096):
+    """KFLR Kronecker factors as a :class:`KronPosterior`, or None.
+
+    Weights of nn.Linear and nn.ConvNd layers get [G, A], biases [G]; G is summed
+    over rows, BackPACK's A is a mean over each chunk's rows, so it is summed
+    with weight ``rows`` and divided by N at the end.  ``y`` is unused.
+    """
+    extended = _extended_params(subset)
+    if extended is None:
+        return None
+    owners = _owners(extended[0], subset.names)
+    kinds = [k.rpartition(".")[2] for k in subset.names]
+    if any(not isinstance(m, _KRON_LAYERS) or kind not in ("weight", "bias")
+           for m, kind in zip(owners, kinds)):
+        return None
+    factors, done = None, 0
+    for values, rows, c in _run(subset, likelihood, X, out_scale, KFLR(), chunk):
+        chunk_factors = []
+        for kind, v in zip(kinds, values):
+            G = c * v[0].detach()
+            chunk_factors.append([G, rows * v[1].detach()] if kind == "weight" else [G])
+        factors = chunk_factors if factors is None else [
+            [a + b for a, b in zip(old, new)] for old, new in zip(factors, chunk_factors)
+        ]
+        done += rows
+    if factors is None or done != X.shape[0]:
+        return None
+    offsets = [0]
+    for shape in subset.shapes:
+        offsets.append(offsets[-1] + int(torch.Size(shape).numel()))
+    blocks = []
+    for i, (kind, fs) in enumerate(zip(kinds, factors)):
+        if kind == "weight":
+            fs = [fs[0], fs[1] / X.shape[0]]
+        if int(torch.tensor([M.shape[0] for M in fs]).prod()) != offsets[i + 1] - offsets[i]:
+            return None
+        blocks.append((slice(offsets[i], offsets[i + 1]), fs))
+    return KronPosterior(blocks, subset.n_params)
