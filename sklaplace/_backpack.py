@@ -26,7 +26,6 @@ from backpack.extensions import KFLR, DiagGGNExact
 from torch import nn
 from torch.fx.proxy import TraceError
 
-from .posterior import KronPosterior
 
 # Layers whose KFLR weight factors are [G (out × out), A]: the row-major weight
 # (out, in, k...) read as (out, in·k...).  ConvTranspose stores (in, out, k...).
@@ -109,6 +108,7 @@ def _chunk_results(prepared, X, extension, chunk):
         yield values, x.shape[0]
         for p in params:
             p.grad = None
+            delattr(p, extension.savefield)
 
 
 def backpack_diag(subset, likelihood, X, y, out_scale, chunk=4096):
@@ -116,49 +116,49 @@ def backpack_diag(subset, likelihood, X, y, out_scale, chunk=4096):
 
     ``y`` is unused: the GGN of these likelihoods does not depend on the targets.
     """
+    prepared = _prepare(subset, likelihood, out_scale)
+    if prepared is None:
+        return None
     h = torch.zeros(subset.n_params, dtype=X.dtype)
     done = 0
-    for values, rows, c in _run(subset, likelihood, X, out_scale, DiagGGNExact(), chunk):
-        h += c * torch.cat([v.detach().reshape(-1) for v in values])
+    for values, rows in _chunk_results(prepared, X, DiagGGNExact(), chunk):
+        h += torch.cat([v.detach().reshape(-1) for v in values])
         done += rows
-    return h if done == X.shape[0] and X.shape[0] > 0 else None
+    return prepared[-1] * h if done == X.shape[0] > 0 else None
 
 
 def backpack_kron(subset, likelihood, X, y, out_scale, chunk=4096):
-    """KFLR Kronecker factors as a :class:`KronPosterior`, or None.
+    """KFLR Kronecker blocks (slice, [G, A]) per weight and (slice, [G]) per bias, or None.
 
-    Weights of nn.Linear and nn.ConvNd layers get [G, A], biases [G]; G is summed
-    over rows, BackPACK's A is a mean over each chunk's rows, so it is summed
-    with weight ``rows`` and divided by N at the end.  ``y`` is unused.
+    The blocks are those :class:`~sklaplace.posterior.KronPosterior` takes, for
+    parameters of nn.Linear and nn.ConvNd layers only.  G is a sum over rows;
+    BackPACK's A is a mean over each chunk's rows, so it is summed with weight
+    ``rows`` and divided by N at the end.  ``y`` is unused.
     """
-    extended = _extended_params(subset)
-    if extended is None:
+    prepared = _prepare(subset, likelihood, out_scale)
+    if prepared is None:
         return None
-    owners = _owners(extended[0], subset.names)
+    module, c = prepared[0], prepared[-1]
     kinds = [k.rpartition(".")[2] for k in subset.names]
+    owners = [module.get_submodule(k.rpartition(".")[0]) for k in subset.names]
     if any(not isinstance(m, _KRON_LAYERS) or kind not in ("weight", "bias")
            for m, kind in zip(owners, kinds)):
         return None
     factors, done = None, 0
-    for values, rows, c in _run(subset, likelihood, X, out_scale, KFLR(), chunk):
-        chunk_factors = []
-        for kind, v in zip(kinds, values):
-            G = c * v[0].detach()
-            chunk_factors.append([G, rows * v[1].detach()] if kind == "weight" else [G])
-        factors = chunk_factors if factors is None else [
-            [a + b for a, b in zip(old, new)] for old, new in zip(factors, chunk_factors)
-        ]
+    for values, rows in _chunk_results(prepared, X, KFLR(), chunk):
+        new = [[v[0].detach(), rows * v[1].detach()] if kind == "weight" else [v[0].detach()]
+               for kind, v in zip(kinds, values)]
+        factors = new if factors is None else [
+            [a + b for a, b in zip(old, add)] for old, add in zip(factors, new)]
         done += rows
     if factors is None or done != X.shape[0]:
         return None
-    offsets = [0]
-    for shape in subset.shapes:
-        offsets.append(offsets[-1] + int(torch.Size(shape).numel()))
-    blocks = []
-    for i, (kind, fs) in enumerate(zip(kinds, factors)):
-        if kind == "weight":
-            fs = [fs[0], fs[1] / X.shape[0]]
-        if int(torch.tensor([M.shape[0] for M in fs]).prod()) != offsets[i + 1] - offsets[i]:
+    blocks, start = [], 0
+    for kind, fs, shape in zip(kinds, factors, subset.shapes):
+        size = int(torch.Size(shape).numel())
+        fs = [c * fs[0], fs[1] / X.shape[0]] if kind == "weight" else [c * fs[0]]
+        if [M.shape[0] for M in fs] != [shape[0]] + ([size // shape[0]] if kind == "weight" else []):
             return None
-        blocks.append((slice(offsets[i], offsets[i + 1]), fs))
-    return KronPosterior(blocks, subset.n_params)
+        blocks.append((slice(start, start + size), fs))
+        start += size
+    return blocks

@@ -157,8 +157,13 @@ def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096):
 
 
 def diag_curvature(subset, likelihood, X, y, out_scale, curvature="ggn"):
+    """Exact diagonal: nn.Linear nets by our pass, other GGNs by BackPACK, else Jacobians."""
     if subset.kind == "all":
         h = _linear_diag(subset, likelihood, X, y, out_scale, curvature)
+        if h is None and curvature == "ggn":
+            from ._backpack import backpack_diag
+
+            h = backpack_diag(subset, likelihood, X, y, out_scale)
         if h is not None:
             return DiagPosterior(h)
     h = torch.zeros(subset.n_params, dtype=X.dtype)
@@ -170,13 +175,31 @@ def diag_curvature(subset, likelihood, X, y, out_scale, curvature="ggn"):
 def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn"):
     """Kronecker factors per nn.Linear layer: KFLR-style exact GGN factors or EF.
 
+    Nets with other parameterized layers take BackPACK's KFLR (GGN only).
+
     For layer l with inputs a_n and B_n = ∂f_n/∂s_lᵀ F_n (s_l the pre-activation),
     the weight block Σ_n (B_n B_nᵀ) ⊗ (a_n a_nᵀ) is approximated by
     (Σ_n B_n B_nᵀ) ⊗ (Σ_n a_n a_nᵀ) / N; the bias block Σ_n B_n B_nᵀ is exact.
     """
     if subset.kind == "last_layer":
         return _last_layer_kron(subset, likelihood, X, y, out_scale, curvature)
-    layers = subset.linear_layers()
+    try:
+        layers = subset.linear_layers()
+    except ValueError as error:
+        blocks = None
+        if curvature == "ggn":
+            from ._backpack import backpack_kron
+
+            blocks = backpack_kron(subset, likelihood, X, y, out_scale)
+        if blocks is None:
+            raise ValueError(
+                f"{error} Other nets go through BackPACK's KFLR, which needs "
+                "curvature='ggn', weights in nn.Linear or nn.Conv1d/2d/3d layers of a net "
+                "BackPACK supports (its activations, pooling, padding, flatten, dropout) and "
+                "a classifier or a regressor with one sigma_noise for all outputs; this "
+                "net or setting is not covered. Use hessian_structure='diag' or 'full'."
+            ) from None
+        return KronPosterior(blocks, subset.n_params)
     G = [0.0] * len(layers)
     A = [0.0] * len(layers)
     for a, factors, _ in _preactivation_factors(subset, layers, likelihood, X, y, out_scale,

@@ -176,8 +176,8 @@ class AllWeights:
         missing = [self.names[i] for i in range(len(self.names)) if i not in covered]
         if missing:
             raise ValueError(
-                "hessian_structure='kron' supports nn.Linear layers only; parameters "
-                f"{missing} are not in one. Use hessian_structure='diag' or 'full'."
+                "hessian_structure='kron' computes its own Kronecker factors for "
+                f"nn.Linear layers only; parameters {missing} are not in one."
             )
         return layers
 
