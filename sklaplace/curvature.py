@@ -28,9 +28,12 @@ def _chunks(n, size):
         yield slice(start, min(start + size, n))
 
 
-def _chunk_rows(n_out, n_params, budget=2**27):
-    """Rows per chunk so that one chunk's Jacobian uses about ``budget`` bytes."""
-    return max(1, int(budget // (8 * max(1, n_out) * max(1, n_params))))
+def _chunk_rows(n_out, n_params, budget=2**27, max_rows=4096):
+    """Rows per chunk: at most ``max_rows``, and one chunk's Jacobian within ``budget`` bytes.
+
+    The row cap makes working memory independent of N once N > max_rows.
+    """
+    return max(1, min(max_rows, int(budget // (8 * max(1, n_out) * max(1, n_params)))))
 
 
 def _row_factors(likelihood, f, y, out_scale, curvature):
