@@ -16,6 +16,8 @@ from sklearn.datasets import load_digits
 from torch import nn
 from torch.func import functional_call, jacrev
 
+from _references import ref_lambda
+
 from sklaplace import LaplaceClassifier
 from sklaplace._backpack import backpack_diag, backpack_kron
 from sklaplace.curvature import compute_posterior, kron_curvature
@@ -97,18 +99,6 @@ def make_data(lik, n_rows, n_in, seed=1):
     else:
         y = torch.randn(n_rows, 2, generator=g, dtype=DT)
     return X, y
-
-
-def ref_lambda(lik, f, out_scale):
-    if lik == "categorical":
-        p = torch.softmax(f, 0)
-        lam = torch.diag(p) - torch.outer(p, p)
-    elif lik == "bernoulli":
-        p = torch.sigmoid(f)
-        lam = (p * (1 - p)).reshape(1, 1)
-    else:
-        lam = torch.eye(f.numel(), dtype=DT)
-    return out_scale[:, None] * lam * out_scale[None, :]
 
 
 def bruteforce_ggn(module, lik, X, out_scale):

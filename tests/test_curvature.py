@@ -28,6 +28,8 @@ from sklaplace.curvature import compute_posterior, noise_power
 from sklaplace.evidence import LOG_PRIOR_BOUNDS, Evidence, maximize_evidence
 from sklaplace.likelihoods import LIKELIHOODS
 from sklaplace.posterior import EigenPosterior
+from _references import ref_lambda
+
 from sklaplace import subsets as subsets_module
 from sklaplace.subsets import AllWeights, LastLayer, Subnetwork
 
@@ -86,19 +88,6 @@ def ref_nll_f(lik, f, y):
     if lik == "bernoulli":
         return torch.nn.functional.softplus(f[0]) - y * f[0]
     return 0.5 * ((y - f) ** 2).sum()
-
-
-def ref_lambda(lik, f, out_scale):
-    """Λ_n (C, C) of one row, rows and columns scaled by out_scale."""
-    if lik == "categorical":
-        p = torch.softmax(f, 0)
-        lam = torch.diag(p) - torch.outer(p, p)
-    elif lik == "bernoulli":
-        p = torch.sigmoid(f)
-        lam = (p * (1 - p)).reshape(1, 1)
-    else:
-        lam = torch.eye(f.numel(), dtype=DT)
-    return out_scale[:, None] * lam * out_scale[None, :]
 
 
 _CACHE = {}

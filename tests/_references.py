@@ -1,0 +1,18 @@
+"""Reference quantities shared by the brute-force curvature tests."""
+
+import torch
+
+DT = torch.float64
+
+
+def ref_lambda(lik, f, out_scale):
+    """Λ_n (C, C) of one row, rows and columns scaled by out_scale."""
+    if lik == "categorical":
+        p = torch.softmax(f, 0)
+        lam = torch.diag(p) - torch.outer(p, p)
+    elif lik == "bernoulli":
+        p = torch.sigmoid(f)
+        lam = (p * (1 - p)).reshape(1, 1)
+    else:
+        lam = torch.eye(f.numel(), dtype=DT)
+    return out_scale[:, None] * lam * out_scale[None, :]
