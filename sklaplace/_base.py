@@ -102,6 +102,27 @@ def validate_numeric(estimator, X, y="no_validation", **kwargs):
         raise type(error)(f"y must be numeric for {type(estimator).__name__}; {text}") from error
 
 
+_FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+def validate_predict_X(estimator, X):
+    """``validate_data(estimator, X, reset=False)`` for prediction, short for plain arrays.
+
+    A non-empty, finite, 2-D float64/float32 ndarray with the fitted number of columns,
+    for an estimator fitted without feature names, is what validate_data returns
+    unchanged; its generic checks (dataframe and array-API detection, ≈60 µs) cost
+    more than the last-layer predictive of a few hundred rows, so such X skip them.
+    Anything else (other types or dtypes, wrong shape, non-finite values, fitted
+    feature names) goes through validate_data, with its errors and warnings.
+    """
+    if (type(X) is np.ndarray and X.dtype in _FLOAT_DTYPES and X.ndim == 2
+            and X.shape[0] > 0 and X.shape[1] == estimator.n_features_in_
+            and not hasattr(estimator, "feature_names_in_")
+            and np.isfinite(X).all()):
+        return X
+    return np.asarray(validate_numeric(estimator, X, reset=False, dtype=[np.float64, np.float32]))
+
+
 def expand_prior(prior, sizes):
     """Whole-net prior (float, per tensor or per parameter) → one value per parameter."""
     arr = np.asarray(prior, dtype=float)
@@ -492,7 +513,7 @@ class BaseLaplace(BaseEstimator):
 
     # ------------------------------------------------------------ prediction
     def _X_tensor(self, X):
-        X = np.asarray(validate_numeric(self, X, reset=False, dtype=[np.float64, np.float32]))
+        X = validate_predict_X(self, X)
         if X.dtype == np.float64 and X.flags.c_contiguous and X.flags.writeable:
             return torch.from_numpy(X)  # shared, not copied: prediction never writes into X
         return torch.tensor(X, dtype=torch.float64)

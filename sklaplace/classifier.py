@@ -205,7 +205,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             # predict_dist(X).proba() without building the logit Gaussian: same numbers.
             mean, cov = (t.numpy() for t in self._glm_moments(self._X_tensor(X)))
             if self._likelihood_name == "bernoulli":
-                return binary_probit_proba(mean[:, 0], np.clip(cov[:, 0, 0], 0.0, None))
+                return binary_probit_proba(mean[:, 0], np.maximum(cov[:, 0, 0], 0.0))
             return probit_proba(mean, np.diagonal(cov, axis1=1, axis2=2))
         return self.predict_dist(X).proba()
 

@@ -105,9 +105,14 @@ def binary_probit_proba(f_mean, f_var):
     proba : ndarray of shape (n_samples, 2)
         Columns ``[1 - p, p]``.
     """
-    f = np.asarray(f_mean, dtype=np.float64)
-    kappa = 1.0 / np.sqrt(1.0 + np.pi / 8.0 * np.asarray(f_var, dtype=np.float64))
-    return np.stack([expit(-kappa * f), expit(kappa * f)], axis=-1)
+    z = np.multiply(f_var, np.pi / 8.0, dtype=np.float64)
+    z += 1.0
+    np.sqrt(z, out=z)
+    np.divide(f_mean, z, out=z)  # f / sqrt(1 + π v / 8)
+    proba = np.empty(z.shape + (2,))
+    expit(z, out=proba[..., 1])
+    expit(np.negative(z, out=z), out=proba[..., 0])
+    return proba
 
 
 def bridge_alpha(logit_mean, logit_var):
@@ -447,7 +452,7 @@ class LogitGaussianPrediction:
                 cov = self.logit_cov
                 f = self.logit_mean[:, 1] - self.logit_mean[:, 0]
                 v = cov[:, 1, 1] + cov[:, 0, 0] - 2.0 * cov[:, 0, 1]
-                return binary_probit_proba(f, np.clip(v, 0.0, None))
+                return binary_probit_proba(f, np.maximum(v, 0.0))
             return probit_proba(self.logit_mean, self.logit_var)
         if self.link == "bridge":
             return self.dirichlet().mean

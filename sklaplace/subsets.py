@@ -7,13 +7,15 @@ where its parameters sit in the whole network (``whole_index``) and to which
 parameter tensor they belong (``group_index``), so that a prior precision
 given for the whole net (scalar, per tensor or per parameter) maps onto it.
 
-Subsets keep tensors only, never hooks, so fitted estimators pickle.
+Subsets keep tensors and (parts of) the module, never hooks, so fitted estimators pickle.
 """
 
 import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, jacrev, vmap
+
+from .nets import MLP
 
 # Rows per float64 block of the last-layer predictive (≈1 MB of features at width 64).
 FEATURE_BLOCK_ROWS = 2048
@@ -82,14 +84,26 @@ def _layer_input(module, layer_name, X):
     return seen[-1]
 
 
+def feature_body(module, layer_name):
+    """The layers before ``layer_name`` as one module, where the architecture makes it plain.
+
+    When the last layer ends an ``nn.Sequential`` that *is* the network (the module
+    itself, or the ``layers`` of sklaplace's :class:`~sklaplace.nets.MLP`), the
+    penultimate features are ``body(X)`` for the Sequential without its last layer:
+    no hook, no last-layer product. Otherwise returns None and the features are read
+    with a hook on the layer.
+    """
+    parent_name, _, last = layer_name.rpartition(".")
+    parent = module.get_submodule(parent_name)
+    if type(parent) is not nn.Sequential or last != next(reversed(parent._modules)):
+        return None
+    if parent is module or (type(module) is MLP and parent is module.layers):
+        return parent[:-1]
+    return None
+
+
 def _as_2d(f, n):
     return f.reshape(n, -1)
-
-
-def _dtype(module):
-    for p in module.parameters():
-        return p.dtype
-    return torch.float32
 
 
 def _to_module(X, module):
@@ -195,7 +209,8 @@ class LastLayer:
     def __init__(self, module, X):
         self.module = module
         self.layer_name, _ = find_last_linear(module, _to_module(X, module))
-        layer = module.get_submodule(self.layer_name)
+        self.body = feature_body(module, self.layer_name)
+        layer = self.layer = module.get_submodule(self.layer_name)
         all_names = [k for k, _ in named_params(module)]
         prefix = f"{self.layer_name}." if self.layer_name else ""
         self.names = [prefix + "weight"] + ([prefix + "bias"] if layer.bias is not None else [])
@@ -205,6 +220,7 @@ class LastLayer:
         self.shapes = [tuple(p.shape) for p in params]
         self.theta = torch.cat([p.detach().reshape(-1) for p in params]).to("cpu", torch.float64)
         self.n_params = self.theta.numel()
+        self.map_weight, self.map_bias = self._split(self.theta)
         offsets = param_offsets(module)
         groups = [all_names.index(k) for k in self.names]
         self.whole_index = np.concatenate([np.arange(offsets[g], offsets[g + 1]) for g in groups])
@@ -219,7 +235,10 @@ class LastLayer:
             self.module.eval()
         try:
             with torch.no_grad():
-                return _layer_input(self.module, self.layer_name, _to_module(X, self.module))
+                X = X.to(device=self.layer.weight.device, dtype=self.layer.weight.dtype)
+                if self.body is not None:
+                    return self.body(X)
+                return _layer_input(self.module, self.layer_name, X)
         finally:
             if training:
                 self.module.train()
@@ -243,7 +262,7 @@ class LastLayer:
 
     def forward(self, X, theta=None, features=None):
         phi = self.features(X) if features is None else features
-        W, b = self._split(self.theta if theta is None else theta)
+        W, b = (self.map_weight, self.map_bias) if theta is None else self._split(theta)
         f = phi @ W.transpose(-1, -2)
         return f if b is None else f + b
 
@@ -264,16 +283,15 @@ class LastLayer:
         rows, so its buffers stay small and cache-resident however many rows come.
         """
         phi = self.native_features(X)
-        n, C = phi.shape[0], self.n_out
-        W, b = self._split(self.theta)
-        f = torch.empty(n, C, dtype=X.dtype, device=X.device)
-        var = torch.empty(n, C, C, dtype=X.dtype, device=X.device)
-        for start in range(0, n, FEATURE_BLOCK_ROWS):
-            rows = slice(start, start + FEATURE_BLOCK_ROWS)
-            block = phi[rows].to(device=X.device, dtype=X.dtype)
-            torch.matmul(block, W.T, out=f[rows])
-            var[rows] = posterior.last_layer_variance(block, C, self.has_bias)
-        return f if b is None else f.add_(b), var
+        W, b = self.map_weight, self.map_bias
+        parts = []
+        for start in range(0, len(phi), FEATURE_BLOCK_ROWS):
+            block = phi[start:start + FEATURE_BLOCK_ROWS].to(device=X.device, dtype=X.dtype)
+            f = block @ W.T if b is None else torch.addmm(b, block, W.T)
+            parts.append((f, posterior.last_layer_variance(block, self.n_out, self.has_bias)))
+        if len(parts) == 1:
+            return parts[0]
+        return torch.cat([f for f, _ in parts]), torch.cat([var for _, var in parts])
 
 
 class Subnetwork:

@@ -2,12 +2,13 @@
 
 import pytest
 import torch
+from torch import nn
 
 from sklaplace import curvature as cv
 from sklaplace.likelihoods import LIKELIHOODS
 from sklaplace.nets import MLP
 from sklaplace.posterior import KronPosterior
-from sklaplace.subsets import AllWeights
+from sklaplace.subsets import AllWeights, LastLayer, _layer_input
 
 DT = torch.float64
 
@@ -45,3 +46,40 @@ def test_kron_rotation_matches_explicit_kronecker_product():
         Sigma[sl, sl] = Q @ torch.diag(inv) @ Q.T
     torch.testing.assert_close(post.functional_variance(J), J @ Sigma @ J.transpose(1, 2))
     torch.testing.assert_close(post.marginal_variance(), Sigma.diagonal())
+
+
+class _Scaled(nn.Module):
+    """The Sequential runs on 2·X: its body alone would miss the scaling."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))
+
+    def forward(self, X):
+        return self.net(2 * X)
+
+
+class _ScaledMLP(MLP):
+    def forward(self, X):
+        return self.layers(2 * X)
+
+
+@pytest.mark.parametrize("make,plain", [
+    (lambda: MLP(4, 2, (6, 5)), True),
+    (lambda: MLP(4, 2, ()), True),  # no hidden layer: the features are X
+    (lambda: nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2)), True),
+    (lambda: nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2), nn.Flatten()), False),
+    (_Scaled, False),
+    (lambda: _ScaledMLP(4, 2, (6,)), False),
+])
+def test_last_layer_features_without_hooks_equal_the_hooked_ones(make, plain):
+    """Hook-free features only where the architecture makes them plain, and equal there."""
+    torch.manual_seed(0)
+    module = make()
+    X = torch.randn(9, 4, dtype=DT)
+    subset = LastLayer(module, X)
+    assert (subset.body is not None) == plain
+    with torch.no_grad():
+        hooked = _layer_input(module, subset.layer_name, X.float())
+    torch.testing.assert_close(subset.native_features(X), hooked, rtol=0, atol=0)
+    torch.testing.assert_close(subset.forward(X), module(X.float()).double())

@@ -550,3 +550,53 @@ def test_frozen_net_with_non_finite_weights_is_refused():
         net.module_[0].weight[0, 0] = float("nan")
     with pytest.raises(ValueError, match="not finite"):
         LaplaceClassifier(FrozenEstimator(net)).fit(X, y)
+
+
+def _predict_inputs():
+    X = X_CLF[:6]
+    return {
+        "C float64": X, "F float64": np.asfortranarray(X), "float32": X.astype(np.float32),
+        "float16": X.astype(np.float16), "int": (4 * X).astype(np.int64), "list": X.tolist(),
+        "big-endian": X.astype(">f8"), "sum overflows": np.full((3, 4), 1e308),
+        "NaN": _with(X, 1, 2, np.nan), "-inf": _with(X, 0, 0, -np.inf),
+        "3 columns": X[:, :3], "no rows": np.empty((0, 4)), "1-D": X[0], "strings": STRINGS[:2],
+        "frame": pd.DataFrame(X, columns=list("abcd")),
+    }
+
+
+@pytest.mark.parametrize("name", list(_predict_inputs()))
+def test_prediction_validation_shortcut_is_validate_data(fitted, name):
+    """validate_predict_X returns what validate_data returns, or raises and warns the same."""
+    from sklearn.utils.validation import validate_data
+
+    from sklaplace._base import validate_predict_X
+
+    X, est = _predict_inputs()[name], fitted["clf"]
+
+    def outcome(fn):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            try:
+                result = np.asarray(fn())
+            except (TypeError, ValueError) as error:
+                result = (type(error), str(error).split(";")[-1].strip())
+        return result, [str(w.message) for w in record]
+
+    ours, our_warnings = outcome(lambda: validate_predict_X(est, X))
+    theirs, their_warnings = outcome(
+        lambda: validate_data(est, X, reset=False, dtype=[np.float64, np.float32]))
+    assert our_warnings == their_warnings
+    if isinstance(theirs, tuple):
+        assert ours == theirs
+    else:
+        assert ours.dtype == theirs.dtype and ours.flags.c_contiguous == theirs.flags.c_contiguous
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_prediction_validation_shortcut_keeps_feature_name_checks():
+    frame = pd.DataFrame(X_CLF, columns=list("abcd"))
+    est = LaplaceClassifier(**FAST).fit(frame, Y_CLF)
+    with pytest.warns(UserWarning, match="does not have valid feature names"):
+        est.predict_proba(X_CLF)
+    with pytest.raises(ValueError, match="feature names"):
+        est.predict_proba(frame[list("dcba")])
