@@ -109,9 +109,15 @@ def binary_probit_proba(f_mean, f_var):
     z += 1.0
     np.sqrt(z, out=z)
     np.divide(f_mean, z, out=z)  # f / sqrt(1 + π v / 8)
+    # sigmoid(±z) from one exponential e = exp(-|z|) ≤ 1, both sides without cancellation:
+    # sigmoid(|z|) = 1 / (1 + e) and sigmoid(-|z|) = e / (1 + e).
+    e = np.exp(-np.abs(z))
+    large = 1.0 / (1.0 + e)
+    small = e * large
+    positive = z >= 0
     proba = np.empty(z.shape + (2,))
-    expit(z, out=proba[..., 1])
-    expit(np.negative(z, out=z), out=proba[..., 0])
+    proba[..., 1] = np.where(positive, large, small)
+    proba[..., 0] = np.where(positive, small, large)
     return proba
 
 
