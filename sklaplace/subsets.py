@@ -286,9 +286,13 @@ class LastLayer:
         W, b = self.map_weight, self.map_bias
         parts = []
         for start in range(0, len(phi), FEATURE_BLOCK_ROWS):
-            block = phi[start:start + FEATURE_BLOCK_ROWS].to(device=X.device, dtype=X.dtype)
+            native = phi[start:start + FEATURE_BLOCK_ROWS]
+            block = native.to(device=X.device, dtype=X.dtype)
             f = block @ W.T if b is None else torch.addmm(b, block, W.T)
-            parts.append((f, posterior.last_layer_variance(block, self.n_out, self.has_bias)))
+            # A copy may be overwritten; the features themselves may be X (no hidden layer).
+            copied = block.data_ptr() != native.data_ptr()
+            var = posterior.last_layer_variance(block, self.n_out, self.has_bias, scratch=copied)
+            parts.append((f, var))
         if len(parts) == 1:
             return parts[0]
         return torch.cat([f for f, _ in parts]), torch.cat([var for _, var in parts])

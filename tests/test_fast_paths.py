@@ -83,3 +83,23 @@ def test_last_layer_features_without_hooks_equal_the_hooked_ones(make, plain):
         hooked = _layer_input(module, subset.layer_name, X.float())
     torch.testing.assert_close(subset.native_features(X), hooked, rtol=0, atol=0)
     torch.testing.assert_close(subset.forward(X), module(X.float()).double())
+
+
+@pytest.mark.parametrize("hidden", [(), (6,)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_in_place_last_layer_variance_leaves_inputs_alone(hidden, dtype):
+    """One-output kron works in place on a scratch copy, never on X (no hidden layer: φ = X)."""
+    torch.manual_seed(0)
+    module = MLP(4, 1, hidden).to(dtype)
+    X = torch.randn(30, 4, dtype=DT)
+    y = (X[:, 0] > 0).to(DT)
+    subset = LastLayer(module, X)
+    post = cv.compute_posterior("kron", subset, LIKELIHOODS["bernoulli"](), X, y,
+                                torch.ones(1, dtype=DT), "ggn", None)
+    post.set_prior(torch.tensor(0.5, dtype=DT), torch.tensor(1.0, dtype=DT))
+    X_test = torch.randn(7, 4, dtype=DT)
+    before = X_test.clone()
+    _, var = subset.moments(X_test, post)
+    assert torch.equal(X_test, before)
+    _, J = subset.jacobians(X_test)
+    torch.testing.assert_close(var, post.functional_variance(J), rtol=1e-10, atol=1e-12)

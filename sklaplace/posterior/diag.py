@@ -20,8 +20,8 @@ class DiagPosterior:
     def functional_variance(self, J):
         return (J * self._var) @ J.transpose(1, 2)
 
-    def last_layer_variance(self, phi, n_out, has_bias):
-        """J Σ Jᵀ for f = W φ + b without forming J (θ = [vec W, b])."""
+    def last_layer_variance(self, phi, n_out, has_bias, scratch=False):
+        """J Σ Jᵀ for f = W φ + b without forming J (θ = [vec W, b]); ``phi`` is only read."""
         n_w = n_out * phi.shape[1]
         var = (phi**2) @ self._var[:n_w].reshape(n_out, -1).T
         if has_bias:

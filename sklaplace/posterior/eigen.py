@@ -113,8 +113,11 @@ class EigenPosterior:
         shrink = 1 / (1 + self._omega2) - 1
         return A @ A.transpose(1, 2) + (AQ * shrink) @ AQ.transpose(1, 2)
 
-    def last_layer_variance(self, phi, n_out, has_bias):
-        """J Σ Jᵀ for f = W φ + b without forming J (θ = [vec W, b]): O(n C H r)."""
+    def last_layer_variance(self, phi, n_out, has_bias, scratch=False):
+        """J Σ Jᵀ for f = W φ + b without forming J (θ = [vec W, b]): O(n C H r).
+
+        ``phi`` is only read, ``scratch`` or not.
+        """
         n_w = n_out * phi.shape[1]
         M = self._d_inv_sqrt[:, None] * self._Q
         n, H, r = phi.shape[0], phi.shape[1], M.shape[1]

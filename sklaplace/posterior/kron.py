@@ -82,14 +82,16 @@ class KronPosterior:
             var = var + (Jr * inv) @ Jr.transpose(1, 2)
         return var
 
-    def last_layer_variance(self, phi, n_out, has_bias):
+    def last_layer_variance(self, phi, n_out, has_bias, scratch=False):
         """J Σ Jᵀ for f = W φ + b from the factors (blocks: W with [G, A], then b with [G]).
 
         With ψ = Q_Aᵀ φ, the weight block gives Q_G diag(Σ_i ψ_i² / (s g_o a_i + δ)) Q_Gᵀ.
-        One output: Σ_W = Rᵀ R with R triangular, so φᵀ Σ_W φ = ‖R φ‖², half the flops.
+        One output: Σ_W = Rᵀ R with R triangular, so φᵀ Σ_W φ = ‖R φ‖², half the flops,
+        computed in place in ``phi`` when it is ``scratch`` (a copy the caller gives up).
         """
         if n_out == 1 and phi.device.type == "cpu":
-            rphi = torch.from_numpy(dtrmm(1.0, self._weight_root(), phi.numpy().T).T)  # (n, H)
+            rphi = dtrmm(1.0, self._weight_root(), phi.numpy().T, overwrite_b=scratch)
+            rphi = torch.from_numpy(rphi.T)  # (n, H)
             var = torch.linalg.vector_norm(rphi, dim=1).square_().reshape(-1, 1, 1)
         else:
             (_, [(Q_G, _), (Q_A, _)], _), inv_w = self.blocks[0], self._inv[0]
