@@ -106,13 +106,15 @@ def measure(fn):
 def timed(fns, repeats):
     """Run the callables of ``fns`` (dict) interleaved ``repeats`` times.
 
+    The order alternates between rounds (forward, then reversed), so that what a call
+    leaves behind (caches, allocator state, CPU frequency) does not favour one side.
     Returns {name: (median seconds, max peak bytes, last result)}.
     """
     times = {k: [] for k in fns}
     peaks = {k: 0 for k in fns}
     last = {}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    for round_ in range(repeats):
+        for name, fn in list(fns.items())[::1 if round_ % 2 == 0 else -1]:
             t, m, out = measure(fn)
             times[name].append(t)
             peaks[name] = max(peaks[name], m)
