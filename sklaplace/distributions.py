@@ -105,10 +105,8 @@ def binary_probit_proba(f_mean, f_var):
     proba : ndarray of shape (n_samples, 2)
         Columns ``[1 - p, p]``.
     """
-    z = np.multiply(f_var, np.pi / 8.0, dtype=np.float64)
-    z += 1.0
-    np.sqrt(z, out=z)
-    np.divide(f_mean, z, out=z)  # f / sqrt(1 + π v / 8)
+    scale = np.sqrt(1.0 + np.pi / 8.0 * np.asarray(f_var, dtype=np.float64))
+    z = np.divide(f_mean, scale, dtype=np.float64)  # f / sqrt(1 + π v / 8)
     # sigmoid(±z) from one exponential e = exp(-|z|) ≤ 1, both sides without cancellation:
     # sigmoid(|z|) = 1 / (1 + e) and sigmoid(-|z|) = e / (1 + e).
     e = np.exp(-np.abs(z))

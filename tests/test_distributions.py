@@ -49,6 +49,8 @@ def test_binary_probit_matches_formula():
     p = 1 / (1 + math.exp(-0.8 / math.sqrt(1 + 3 * math.pi / 8)))
     got = binary_probit_proba(np.array([0.8, -0.8]), np.array([3.0, 3.0]))
     np.testing.assert_allclose(got, [[1 - p, p], [p, 1 - p]], rtol=1e-12)
+    # One variance for all logits broadcasts.
+    np.testing.assert_allclose(binary_probit_proba(np.array([0.8, -0.8]), 3.0), got, rtol=1e-15)
     # Tiny probabilities keep their relative precision (no 1 - p cancellation).
     f = np.array([-700.0, -40.0, -1e-9, 0.0, 1e-9, 40.0, 700.0])
     got = binary_probit_proba(f, np.zeros_like(f))
