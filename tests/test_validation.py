@@ -21,9 +21,11 @@ from skorch import NeuralNetClassifier, NeuralNetRegressor
 from sklearn.datasets import load_iris, make_regression
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.frozen import FrozenEstimator
+from sklearn.utils.validation import validate_data
 from torch import nn
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor, nets
+from sklaplace._base import validate_predict_X
 from sklaplace.nets import MLP
 
 FAST = dict(hidden_layer_sizes=(5,), max_epochs=5, random_state=0)
@@ -567,10 +569,6 @@ def _predict_inputs():
 @pytest.mark.parametrize("name", list(_predict_inputs()))
 def test_prediction_validation_shortcut_is_validate_data(fitted, name):
     """validate_predict_X returns what validate_data returns, or raises and warns the same."""
-    from sklearn.utils.validation import validate_data
-
-    from sklaplace._base import validate_predict_X
-
     X, est = _predict_inputs()[name], fitted["clf"]
 
     def outcome(fn):
