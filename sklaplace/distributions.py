@@ -12,7 +12,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from scipy import stats
-from scipy.special import digamma, entr, expit, gammaln, logsumexp, softmax
+from scipy.special import digamma, entr, gammaln, logsumexp, softmax
 from sklearn.utils import check_random_state
 
 __all__ = [
