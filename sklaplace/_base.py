@@ -13,6 +13,8 @@ weights see a 0-d tensor (scalar) or one value per Laplace weight.
 import copy
 import functools
 import numbers
+import time
+import warnings
 
 import numpy as np
 import torch
@@ -31,6 +33,10 @@ from .subsets import AllWeights, LastLayer, Subnetwork, named_params
 AUTO_FULL_MAX_PARAMS = 5000
 AUTO_LAST_LAYER_FULL_MAX = 2000
 PREDICT_CHUNK_BYTES = 2**26
+# Time guard of the full / low-rank structures: flop counts at an assumed float64 rate
+# (a conservative figure for a 2-core laptop; BLAS peaks are higher on bigger machines).
+ASSUMED_FLOPS = 2e10
+TIME_BUDGET_SECONDS = 120.0
 
 CHOICES = {
     "prior_structure": ("scalar", "layerwise", "diag"),
@@ -143,6 +149,35 @@ def _build_posterior(structure, subset, likelihood, X, y, curvature, rank, out_s
     return compute_posterior(structure, subset, likelihood, X, y, out_scale, curvature, rank)
 
 
+def full_structure_seconds(n_rows, n_out, n_params):
+    """Estimated seconds to build and eigendecompose a full curvature of P weights.
+
+    N·C ≥ P: Σ_n J_nᵀ Λ_n J_n costs N·C·P² and the P × P eigendecomposition about
+    10·P³ (tridiagonalization plus eigenvectors); N·C < P: the N·C × N·C kernel
+    costs (N·C)²·P to build, 10·(N·C)³ to decompose and (N·C)²·P for the vectors.
+    """
+    m = n_rows * n_out
+    flops = m * n_params**2 + 10 * n_params**3 if m >= n_params else 2 * m**2 * n_params + 10 * m**3
+    return flops / ASSUMED_FLOPS
+
+
+def output_width(module, X):
+    """Number of outputs per row of ``module`` (run in eval mode on two rows of ``X``)."""
+    training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            for p in module.parameters():
+                x = torch.as_tensor(np.asarray(X[:2])).to(device=p.device, dtype=p.dtype)
+                break
+            else:
+                x = torch.as_tensor(np.asarray(X[:2]))
+            out = module(x)
+    finally:
+        module.train(training)
+    return int(out.reshape(x.shape[0], -1).shape[1])
+
+
 def _tensor_sizes(module):
     return [p.numel() for _, p in named_params(module)]
 
@@ -160,6 +195,9 @@ class BaseLaplace(BaseEstimator):
         for name in ("max_epochs", "batch_size", "n_samples", "online_frequency", "online_steps"):
             check_positive(name, getattr(self, name), integer=True)
         check_positive("online_burn_in", self.online_burn_in, integer=True, allow_zero=True)
+        if isinstance(self.verbose, bool) or not (
+                isinstance(self.verbose, numbers.Integral) and self.verbose >= 0):
+            raise ValueError(f"verbose must be a non-negative int, got {self.verbose!r}.")
         for name in ("lr", "temperature", "online_lr"):
             check_positive(name, getattr(self, name))
         check_positive("lowrank_rank", self.lowrank_rank, integer=True, allow_none=True)
@@ -212,7 +250,8 @@ class BaseLaplace(BaseEstimator):
         net = self.net
         if net is None:
             return (nets.default_net(n_features, n_outputs, self.hidden_layer_sizes,
-                                     self.max_epochs, self.lr, self.batch_size), None, None)
+                                     self.max_epochs, self.lr, self.batch_size, self.verbose),
+                    None, None)
         if isinstance(net, FrozenEstimator):
             inner = net.estimator
             if not getattr(inner, "initialized_", False):
@@ -230,21 +269,28 @@ class BaseLaplace(BaseEstimator):
             )
         likelihood = nets.likelihood_of(net)
         nets.check_no_weight_decay(net)
+        nets.check_device(net)
         net_copy = clone(net)
         for key in [k for k in vars(net_copy) if k.startswith("criterion__")]:
             delattr(net_copy, key)
         return net_copy, None, likelihood
 
-    def _param_sizes(self, net, n_features, n_outputs):
-        """Sizes of the parameter tensors of the net to be trained."""
+    def _param_sizes(self, net, X, n_outputs):
+        """Sizes of the trainable parameter tensors of the net to be trained.
+
+        A user's net is initialized once (on a copy, with the global RNG restored)
+        to check its output width against the task before any training.
+        """
         if self.net is None:
-            sizes, d_in = [], n_features
+            sizes, d_in = [], X.shape[1]
             for h in (*self.hidden_layer_sizes, n_outputs):
                 sizes += [h * d_in, h]
                 d_in = h
             return sizes
         with torch.random.fork_rng(devices=[]):
-            return _tensor_sizes(clone(net).initialize().module_)
+            module = clone(net).initialize().module_
+        self._check_outputs(output_width(module, X))
+        return _tensor_sizes(module)
 
     # ------------------------------------------------------------ fit
     def _fit(self, X, y_model, likelihood_default, n_outputs, y_scale):
@@ -262,9 +308,10 @@ class BaseLaplace(BaseEstimator):
         self._likelihood_name = likelihood
         sigma0 = self._initial_sigma(n_outputs)
         if frozen is not None:
+            self._check_outputs(output_width(frozen.module_, X))
             self.net_ = frozen
         else:
-            sizes = self._param_sizes(net, X.shape[1], n_outputs)
+            sizes = self._param_sizes(net, X, n_outputs)
             online = self.hyperparameter_tuning == "online"
             train = check_memory(self.memory).cache(nets.train_map)
             self.net_ = train(
@@ -303,11 +350,12 @@ class BaseLaplace(BaseEstimator):
 
     # ------------------------------------------------------------ the LA
     def _la_module(self):
-        """A float64 CPU copy of the trained module: the LA always runs there in float64."""
-        module = copy.deepcopy(self.net_.module_).to("cpu", torch.float64).eval()
-        for p in module.parameters():
-            p.requires_grad_(True)
-        return module
+        """A float64 CPU copy of the trained module: the LA always runs there in float64.
+
+        Parameters that do not require gradients were not trained: they stay constants
+        (not under the posterior, no prior), as in laplace-torch.
+        """
+        return copy.deepcopy(self.net_.module_).to("cpu", torch.float64).eval()
 
     def _resolve_subset(self, module, X, y, out_scale, n_out):
         kind, structure = self.subset_of_weights, self.hessian_structure
@@ -390,6 +438,8 @@ class BaseLaplace(BaseEstimator):
                 "use prior_structure 'scalar' or 'layerwise' and a prior_precision that is a "
                 "float or has one value per parameter tensor, or another hessian_structure."
             )
+        if structure in ("full", "lowrank"):
+            self._check_time(structure, len(Xt), n_out, subset.n_params)
         rank = None
         if structure == "lowrank":
             rank = self.lowrank_rank or default_lowrank_rank(subset.n_params)
@@ -407,13 +457,18 @@ class BaseLaplace(BaseEstimator):
         build = functools.partial(_build_posterior, structure, subset, likelihood, Xt, yt,
                                   self.curvature, rank)
         theta = subset.theta.detach()
+        self._log(f"Laplace approximation: {kind} weights ({subset.n_params}), {structure} "
+                  f"{self.curvature.upper()} on {len(Xt)} rows ...")
+        start = time.perf_counter()
+        posterior = build(out_scale)
+        self._log(f"curvature and decomposition done in {time.perf_counter() - start:.2f} s")
         if self._likelihood_name == "gaussian":
             sse = ((yt.reshape(f.shape) - f) ** 2).sum(0)
-            evidence = Evidence(build(out_scale), theta, self.temperature, len(Xt), sse=sse,
+            evidence = Evidence(posterior, theta, self.temperature, len(Xt), sse=sse,
                                 curvature=self.curvature, rebuild=build if vector_sigma else None)
         else:
             nll = likelihood.nll(f, yt).sum().item()
-            evidence = Evidence(build(out_scale), theta, self.temperature, len(Xt), nll=nll,
+            evidence = Evidence(posterior, theta, self.temperature, len(Xt), nll=nll,
                                 curvature=self.curvature)
 
         prior, sigma = self.prior_precision, sigma_init
@@ -421,8 +476,19 @@ class BaseLaplace(BaseEstimator):
             prior, sigma = self._tune(evidence, subset, sigma_init, y_model)
         elif self.hyperparameter_tuning == "online":
             prior, sigma = self._online_result(y_scale, len(Xt))
+            if not self.evidence_history_:
+                warnings.warn(
+                    "hyperparameter_tuning='online' made no update: training ran "
+                    f"{len(self.net_.history)} epochs, fewer than online_burn_in + "
+                    f"online_frequency = {self.online_burn_in} + {self.online_frequency}. The "
+                    "prior (and σ) were tuned post hoc by the evidence instead; raise max_epochs "
+                    "or lower online_frequency / online_burn_in.",
+                    UserWarning,
+                )
+                prior, sigma = self._tune(evidence, subset, sigma_init, y_model)
         arr = np.asarray(prior, dtype=float)
         self.prior_precision_ = float(arr) if arr.ndim == 0 else arr
+        self._log(f"prior_precision_ = {np.array2string(arr, precision=4)}")
         delta = self._subset_prior(subset, self.prior_precision_)
         if vector_sigma:  # the curvature depends on a per-output σ: recompute it at the optimum
             evidence.posterior = evidence.posterior_for(sigma)
@@ -433,6 +499,24 @@ class BaseLaplace(BaseEstimator):
             log_ev = float(evidence(delta, sigma))
         self.log_evidence_ = log_ev + self._evidence_offset(y_scale, len(Xt))
         self._set_sigma_attr(sigma, y_scale)
+
+    def _check_time(self, structure, n_rows, n_out, n_params):
+        """Warn before a full / low-rank curvature estimated beyond the time budget."""
+        seconds = full_structure_seconds(n_rows, n_out, n_params)
+        self._log(f"{structure} curvature of {n_params} weights on {n_rows} rows × {n_out} "
+                  f"outputs: estimated {seconds:.3g} s")
+        if seconds > TIME_BUDGET_SECONDS:
+            warnings.warn(
+                f"The {structure} curvature of {n_params} weights on {n_rows} rows × {n_out} "
+                f"outputs is estimated at {seconds:.0f} s (beyond the {TIME_BUDGET_SECONDS:.0f} s "
+                f"budget at an assumed {ASSUMED_FLOPS:.0e} float64 flop/s). Cheaper options: "
+                "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'.",
+                UserWarning,
+            )
+
+    def _log(self, message):
+        if self.verbose:
+            print(f"[{type(self).__name__}] {message}", flush=True)
 
     def _tune(self, evidence, subset, sigma, y_model):
         """Bounded maximisation of the evidence; returns (whole-net prior, σ tensor)."""
@@ -626,4 +710,8 @@ ONLINE_DOC = """
         the data and ``random_state``: refits that change only Laplace
         parameters skip training.
     random_state : int, RandomState or None, default=None
-        Seeds initialization, batches and the prediction seed of MC draws."""
+        Seeds initialization, batches and the prediction seed of MC draws.
+    verbose : int, default=0
+        0: silent. 1: the MAP epochs of the default MLP (skorch's table) and the
+        stages of the Laplace approximation (weights, structure, estimated and
+        actual time of the curvature, tuned prior)."""

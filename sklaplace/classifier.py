@@ -75,7 +75,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", link_approx="probit", n_samples=100, temperature=1.0,
                  online_frequency=5, online_burn_in=0, online_steps=100, online_lr=0.1,
-                 memory=None, random_state=None):
+                 memory=None, random_state=None, verbose=0):
         self.net = net
         self.hidden_layer_sizes = hidden_layer_sizes
         self.max_epochs = max_epochs
@@ -99,6 +99,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         self.online_lr = online_lr
         self.memory = memory
         self.random_state = random_state
+        self.verbose = verbose
 
     def fit(self, X, y):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
@@ -129,6 +130,12 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return self._fit(X, encoder.transform(y), default, self._n_model_outputs, None)
 
     def _check_outputs(self, n_out):
+        if self._likelihood_name == "bernoulli" and len(self.classes_) != 2:
+            raise ValueError(
+                f"The net's criterion BCEWithLogitsLoss (one logit, Bernoulli) models two "
+                f"classes but y has {len(self.classes_)}; use CrossEntropyLoss with one output "
+                "per class."
+            )
         expected = 1 if self._likelihood_name == "bernoulli" else len(self.classes_)
         if n_out != expected:
             raise ValueError(

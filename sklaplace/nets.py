@@ -126,7 +126,17 @@ def check_no_weight_decay(net):
         )
 
 
-def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch_size):
+def check_device(net):
+    """Refuse a CUDA device when torch has no CUDA, naming the device."""
+    device = str(net.get_params().get("device", "cpu") or "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(
+            f"The net's device is {device!r} but torch has no CUDA device here "
+            f"(torch {torch.__version__}, cuda available: False); use device='cpu'."
+        )
+
+
+def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch_size, verbose=0):
     return NeuralNet(
         module=MLP,
         module__n_features=n_features,
@@ -138,7 +148,7 @@ def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch
         max_epochs=max_epochs,
         batch_size=batch_size,
         train_split=None,
-        verbose=0,
+        verbose=int(verbose),
     )
 
 
@@ -175,7 +185,17 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
         yt = torch.tensor(np.asarray(y))
         if likelihood != "categorical":
             yt = yt.to(dtype)
-        net.partial_fit(Xt, yt)
+        try:
+            net.partial_fit(Xt, yt)
+        except KeyError as error:
+            if "valid" not in str(error):
+                raise
+            raise ValueError(
+                f"A callback of the net needs validation scores ({error}), but sklaplace trains "
+                "on all rows (train_split=None): the prior, the curvature and the evidence are "
+                "all over the full training data. Monitor the training loss instead (e.g. "
+                "EarlyStopping(monitor='train_loss')), or hold out validation data yourself."
+            ) from error
     net.criterion_.attach(nn.Module())  # drop the references: nothing to pickle twice
     losses = [h.get("train_loss", 0.0) for h in net.history]
     finite = all(np.isfinite(losses)) and all(

@@ -22,11 +22,18 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         + PARAMS_DOC
         + """
     sigma_noise : float or array-like, default=1.0
-        Observation noise σ in the units of y (one per output allowed); tuned
-        by the evidence unless ``hyperparameter_tuning=None``.
-    normalize_y : bool, default=False
-        Standardize the targets internally; predictions, std, distributions
-        and the evidence are all in the original units."""
+        Observation noise σ of MAP training and the start of tuning (one per
+        output allowed); tuned by the evidence unless
+        ``hyperparameter_tuning=None``. Like ``GaussianProcessRegressor``'s
+        ``alpha``, it is in the units of the standardized target when
+        ``normalize_y=True`` (1.0: noise as large as std(y)) and in the units
+        of y otherwise. The fitted ``sigma_noise_`` is always in the units of y.
+    normalize_y : bool, default=True
+        Standardize the targets internally, so that every scale-dependent
+        setting (``sigma_noise``, ``prior_precision``, the σ floor of tuning)
+        means the same whatever the units of y; predictions, std,
+        distributions, ``sigma_noise_`` and the evidence are all in the
+        original units. With ``False`` those settings are in the units of y."""
         + ONLINE_DOC
         + """
 
@@ -54,7 +61,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     >>> from sklearn.datasets import load_diabetes
     >>> from sklaplace import LaplaceRegressor
     >>> X, y = load_diabetes(return_X_y=True)
-    >>> reg = LaplaceRegressor(max_epochs=20, normalize_y=True, random_state=0).fit(X, y)
+    >>> reg = LaplaceRegressor(max_epochs=20, random_state=0).fit(X, y)
     >>> mean, std = reg.predict(X[:3], return_std=True)
     >>> mean.shape, std.shape
     ((3,), (3,))
@@ -68,8 +75,8 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
                  hyperparameter_tuning="evidence", subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", n_samples=100, temperature=1.0, sigma_noise=1.0,
-                 normalize_y=False, online_frequency=5, online_burn_in=0, online_steps=100,
-                 online_lr=0.1, memory=None, random_state=None):
+                 normalize_y=True, online_frequency=5, online_burn_in=0, online_steps=100,
+                 online_lr=0.1, memory=None, random_state=None, verbose=0):
         self.net = net
         self.hidden_layer_sizes = hidden_layer_sizes
         self.max_epochs = max_epochs
@@ -94,6 +101,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         self.online_lr = online_lr
         self.memory = memory
         self.random_state = random_state
+        self.verbose = verbose
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -126,11 +134,37 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             raise ValueError(f"normalize_y must be a bool, got {self.normalize_y!r}.")
         self._y_ndim = y.ndim
         self._y_mean = y2.mean(0) if self.normalize_y else np.zeros(y2.shape[1])
-        spread = y2.std(0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            spread = y2.std(0)
+        if not np.all(np.isfinite(spread)):
+            raise ValueError(
+                "y is too large for float64 arithmetic (its standard deviation overflows); "
+                "rescale the targets."
+            )
         self._y_std = np.where(spread > 0, spread, 1.0) if self.normalize_y else np.ones(y2.shape[1])
         self._n_model_outputs = y2.shape[1]
         y_model = (y2 - self._y_mean) / self._y_std
+        self._check_sigma_scale(sigma, y_model)
         return self._fit(X, y_model, "gaussian", y2.shape[1], self._y_std)
+
+    # Adam squares the gradients, of order std(y)/σ² per row: beyond ~1e15 they
+    # overflow float32 (3e38) and the net silently stays at its initialization.
+    MAX_GRADIENT_SCALE = 1e15
+
+    def _check_sigma_scale(self, sigma, y_model):
+        """Refuse a σ so small against the spread of the targets that training breaks."""
+        spread = np.std(y_model, axis=0)
+        scale = np.where(spread > 0, spread, 1.0) / sigma**2
+        if not np.all(scale <= self.MAX_GRADIENT_SCALE):
+            unit = "standardized y" if self.normalize_y else "y"
+            floor = np.sqrt(np.max(np.where(spread > 0, spread, 1.0)) / self.MAX_GRADIENT_SCALE)
+            raise ValueError(
+                f"sigma_noise={self.sigma_noise!r} (in units of {unit}) is too small for the "
+                f"spread of y: MAP training cannot fit with it (the gradients of the Gaussian "
+                f"loss, ~std(y)/σ², overflow). Use sigma_noise ≥ {floor:.3g}, of the order of the "
+                "expected residuals, or keep the default and let "
+                "hyperparameter_tuning='evidence' tune it."
+            )
 
     def _check_outputs(self, n_out):
         if n_out != self._n_model_outputs:
@@ -151,8 +185,10 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         return float(s) if np.ndim(s) == 0 else np.asarray(s)
 
     def _initial_sigma(self, n_outputs):
-        sigma = self._sigma_model(self.sigma_noise)
-        return float(sigma) if sigma.dim() == 0 else sigma.numpy()
+        # The parameter is in the units the net is trained in: those of the standardized
+        # target with normalize_y (as GaussianProcessRegressor's alpha), else of y.
+        sigma = np.asarray(self.sigma_noise, dtype=float)
+        return float(sigma.reshape(())) if sigma.size == 1 else sigma.copy()
 
     def _evidence_offset(self, y_scale, n_rows):
         # y = μ + s·y_model: log p(y) = log p(y_model) − N Σ_c log s_c.

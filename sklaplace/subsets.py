@@ -10,12 +10,20 @@ given for the whole net (scalar, per tensor or per parameter) maps onto it.
 Subsets keep tensors and (parts of) the module, never hooks, so fitted estimators pickle.
 """
 
+import threading
+
 import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, jacrev, vmap
 
 from .nets import MLP
+
+# torch.func.functional_call swaps tensors into the module's attributes for the
+# duration of a call, so two threads evaluating one module at other weights would
+# see each other's tensors (and leave torch.func wrappers behind). Every such call
+# holds this lock: predictions stay read-only on the fitted estimator.
+_FUNCTIONAL_CALL_LOCK = threading.RLock()
 
 # Rows per float64 block of the last-layer predictive (≈1 MB of features at width 64).
 FEATURE_BLOCK_ROWS = 2048
@@ -148,7 +156,9 @@ class AllWeights:
     def forward(self, X, theta=None):
         if theta is None:
             return _as_2d(self.module(X), X.shape[0])
-        return _as_2d(functional_call(self.module, self._unflatten(theta), (X,)), X.shape[0])
+        with _FUNCTIONAL_CALL_LOCK:
+            f = functional_call(self.module, self._unflatten(theta), (X,))
+        return _as_2d(f, X.shape[0])
 
     def jacobians(self, X):
         params = self._unflatten(self.theta)
@@ -156,7 +166,8 @@ class AllWeights:
         def single(p, x):
             return functional_call(self.module, p, (x.unsqueeze(0),)).reshape(-1)
 
-        jac = vmap(jacrev(single), in_dims=(None, 0))(params, X)
+        with _FUNCTIONAL_CALL_LOCK:
+            jac = vmap(jacrev(single), in_dims=(None, 0))(params, X)
         n = X.shape[0]
         J = torch.cat([jac[k].reshape(n, jac[k].shape[1], -1) for k in self.names], dim=2)
         return self.forward(X), J

@@ -163,11 +163,13 @@ def test_regressor_multi_output_and_normalize_y():
 def test_normalize_y_reports_evidence_in_original_units():
     X, y = make_regression(n_samples=50, n_features=3, noise=1.0, random_state=0)
     params = dict(hyperparameter_tuning=None, normalize_y=True, **FAST)
-    a = LaplaceRegressor(sigma_noise=2.0, **params).fit(X, y)
-    # y and σ scaled by 10 give the same model in model units; log p(y) changes by −N log 10.
-    b = LaplaceRegressor(sigma_noise=20.0, **params).fit(X, y * 10)
+    # sigma_noise is in units of the standardized target: the same model for y and 10·y.
+    a = LaplaceRegressor(sigma_noise=0.2, **params).fit(X, y)
+    b = LaplaceRegressor(sigma_noise=0.2, **params).fit(X, y * 10)
+    # log p(y) changes by −N log 10; sigma_noise_ is reported in the units of y.
     assert b.log_evidence_ == pytest.approx(a.log_evidence_ - len(y) * np.log(10), rel=1e-6)
-    assert a.sigma_noise_ == pytest.approx(2.0) and b.sigma_noise_ == pytest.approx(20.0)
+    assert a.sigma_noise_ == pytest.approx(0.2 * y.std())
+    assert b.sigma_noise_ == pytest.approx(2.0 * y.std())
     np.testing.assert_allclose(b.predict(X), 10 * a.predict(X), rtol=1e-6)
 
 

@@ -55,6 +55,7 @@ def test_evidence_and_predictive_equal_closed_form(structure):
     reg = LaplaceRegressor(
         _frozen_net(theta, X.shape[1]), subset_of_weights="all", hessian_structure=structure,
         lowrank_rank=4, prior_precision=delta, sigma_noise=sigma, hyperparameter_tuning=None,
+        normalize_y=False,
     ).fit(X, y)
     X_test = np.random.default_rng(1).normal(size=(5, 3))
     Xb = np.hstack([X_test, np.ones((5, 1))])
@@ -73,6 +74,7 @@ def test_last_layer_full_equals_closed_form():
     reg = LaplaceRegressor(
         _frozen_net(theta, 3), subset_of_weights="last_layer", hessian_structure="full",
         prior_precision=delta, sigma_noise=sigma, hyperparameter_tuning=None,
+        normalize_y=False,
     ).fit(X, y)
     np.testing.assert_allclose(reg.log_evidence_, log_ev, rtol=1e-6)
 
@@ -93,6 +95,7 @@ def test_evidence_tuning_matches_grid_argmax():
     theta, _, _ = _closed_form(X, y, 1.0, 0.5)
     reg = LaplaceRegressor(
         _frozen_net(theta, 3), subset_of_weights="all", hessian_structure="full",
+        normalize_y=False,
     ).fit(X, y)
     deltas = np.logspace(-3, 2, 201)
     sigmas = np.linspace(0.2, 0.8, 201)
