@@ -13,6 +13,7 @@ weights see a 0-d tensor (scalar) or one value per Laplace weight.
 import copy
 import functools
 import numbers
+import threading
 import time
 import warnings
 
@@ -37,6 +38,8 @@ PREDICT_CHUNK_BYTES = 2**26
 # (a conservative figure for a 2-core laptop; BLAS peaks are higher on bigger machines).
 ASSUMED_FLOPS = 2e10
 TIME_BUDGET_SECONDS = 120.0
+
+_EVIDENCE_LOCK = threading.Lock()
 
 CHOICES = {
     "prior_structure": ("scalar", "layerwise", "diag"),
@@ -592,7 +595,8 @@ class BaseLaplace(BaseEstimator):
         prior = self.prior_precision_ if prior_precision is None else prior_precision
         positive_array("prior_precision", prior)
         delta = self._subset_prior(self._subset, prior)
-        with torch.no_grad():
+        # A per-parameter prior fills caches of the posterior: one thread at a time.
+        with _EVIDENCE_LOCK, torch.no_grad():
             return float(self._evidence(delta, sigma))
 
     # ------------------------------------------------------------ prediction
