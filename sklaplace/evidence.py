@@ -23,10 +23,23 @@ from .likelihoods import gaussian_log_likelihood
 LOG_PRIOR_BOUNDS = (math.log(1e-4), math.log(1e4))
 
 
-def log_prior_term(theta, delta):
-    """−½ θᵀ D θ + ½ log det D for a 0-d or per-parameter ``delta``."""
+def group_sums(theta, index, n_groups):
+    """(number of weights, Σ θ²) of each group of ``index``."""
+    with torch.no_grad():
+        counts = torch.bincount(index, minlength=n_groups).to(theta.dtype)
+        squares = torch.zeros(n_groups, dtype=theta.dtype).index_add_(0, index, theta**2)
+    return counts, squares
+
+
+def log_prior_term(theta, delta, index=None, sums=None):
+    """−½ θᵀ D θ + ½ log det D for a 0-d or per-parameter ``delta``, or one value per
+    group with ``index`` (parameter i has ``delta[index[i]]``; ``sums``: its
+    ``group_sums``, if known)."""
     if delta.dim() == 0:
         return -0.5 * delta * (theta @ theta) + 0.5 * theta.numel() * torch.log(delta)
+    if index is not None:
+        counts, squares = sums if sums is not None else group_sums(theta, index, delta.numel())
+        return -0.5 * (delta * squares).sum() + 0.5 * (counts * torch.log(delta)).sum()
     return -0.5 * (delta * theta**2).sum() + 0.5 * torch.log(delta).sum()
 
 
@@ -70,6 +83,19 @@ class Evidence:
         self.curvature = curvature
         self.rebuild = rebuild
 
+    def _group_sums(self, index, n_groups):
+        """``group_sums`` of θ, kept for the last ``index`` (tuning passes the same one)."""
+        cached = self.__dict__.get("_sums_cache")
+        if cached is None or cached[0] is not index or cached[1] != n_groups:
+            cached = (index, n_groups, group_sums(self.theta, index, n_groups))
+            self._sums_cache = cached
+        return cached[2]
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_sums_cache", None)
+        return state
+
     @property
     def gaussian(self):
         return self.sse is not None
@@ -82,17 +108,25 @@ class Evidence:
             return self.rebuild(1.0 / sigma.detach())
         return self.posterior
 
-    def __call__(self, delta, sigma=None):
-        """Log evidence at prior precision ``delta`` and noise ``sigma`` (tensors)."""
+    def __call__(self, delta, sigma=None, index=None):
+        """Log evidence at prior precision ``delta`` and noise ``sigma`` (tensors).
+
+        ``delta`` is 0-d, one value per Laplace weight, or — with ``index``, a
+        (P,) integer tensor — one value per group of tied weights, weight i having
+        ``delta[index[i]]``.  Gradients are exact either way; the grouped form
+        lets the full and low-rank structures differentiate per group (O(L r²))
+        instead of per weight (O(P r²)).
+        """
         if self.gaussian:
             loglik = gaussian_log_likelihood(self.sse, self.n_rows, sigma) / self.temperature
         else:
             loglik = -self.nll / self.temperature
         posterior = self.posterior_for(sigma)
+        sums = None if index is None or delta.dim() == 0 else self._group_sums(index, delta.numel())
         return (
             loglik
-            + log_prior_term(self.theta, delta)
-            - 0.5 * posterior.log_det(delta, self.scale(sigma))
+            + log_prior_term(self.theta, delta, index, sums)
+            - 0.5 * posterior.log_det(delta, self.scale(sigma), index=index)
         )
 
 
@@ -114,14 +148,41 @@ def _single_threaded_blas():
     return _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas")
 
 
+def _grouping(expand, n_delta, dtype):
+    """The (P,) index with ``expand(v) == v[index]``, or None (0-d or another map).
+
+    Read off ``expand`` at distinct values and checked at random ones, so that the
+    evidence can be differentiated per group (see :meth:`Evidence.__call__`).
+    """
+    with torch.no_grad():
+        probe = expand(torch.arange(n_delta, dtype=dtype))
+        if probe.dim() != 1:
+            return None
+        index = probe.round().long()
+        if (index < 0).any() or (index >= n_delta).any():
+            return None
+        values = 0.5 + torch.rand(n_delta, dtype=dtype, generator=torch.Generator().manual_seed(0))
+        if not torch.equal(expand(values), values[index]):
+            return None
+    return index
+
+
+def _message(result):
+    message = result.message
+    if isinstance(message, bytes):
+        message = message.decode(errors="replace")
+    return str(message).strip()
+
+
 def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor=None,
                       tune_sigma=True):
     """Bounded L-BFGS-B over log δ (and log σ), log10 δ ∈ [−4, 4], σ ≥ ``sigma_floor``.
 
-    ``expand(v)`` maps the free log-δ vector to the ``delta`` argument of
+    ``expand(v)`` maps the vector of free δ values to the ``delta`` argument of
     ``evidence`` (0-d tensor, or one value per Laplace weight).  Returns the
-    optimal (log δ, log σ or None) as numpy arrays and warns when the optimum
-    lies on a bound.
+    optimal (log δ, log σ or None) as numpy arrays; warns (ConvergenceWarning)
+    when the optimum lies on a bound, and when L-BFGS-B reports a failure (the
+    returned values may then be the starting point).
     """
     n_delta = len(log_delta0)
     x0 = list(np.clip(log_delta0, *LOG_PRIOR_BOUNDS))
@@ -134,15 +195,19 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
     sigma_shape = np.shape(log_sigma0) if with_sigma else None
     analytic = not (with_sigma and len(sigma_shape) > 0)
     dtype = evidence.theta.dtype
+    index = _grouping(expand, n_delta, dtype)
 
     def objective(x):
         x = torch.tensor(x, dtype=dtype, requires_grad=analytic)
-        delta = expand(torch.exp(x[:n_delta]))
+        values = torch.exp(x[:n_delta])
         if with_sigma:
             sigma = torch.exp(x[n_delta:]).reshape(sigma_shape)
         else:
             sigma = None if log_sigma0 is None else torch.tensor(np.exp(log_sigma0), dtype=dtype)
-        value = -evidence(delta, sigma)
+        if index is None:
+            value = -evidence(expand(values), sigma)
+        else:
+            value = -evidence(values, sigma, index=index)
         if not analytic:
             return value.item()
         (grad,) = torch.autograd.grad(value, x)
@@ -153,6 +218,14 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
                           method="L-BFGS-B", bounds=bounds,
                           options={"maxiter": 500, "ftol": 1e-14, "gtol": 1e-9})
     x = result.x
+    if not result.success:
+        warnings.warn(
+            "The evidence maximization did not converge: L-BFGS-B stopped after "
+            f"{result.nit} iteration(s) and {result.nfev} evaluation(s) with status "
+            f"{result.status} ({_message(result)!r}). The returned prior_precision (and "
+            "sigma_noise) may be the starting values or short of the optimum.",
+            ConvergenceWarning,
+        )
     at_bound = np.isclose(x[:n_delta], LOG_PRIOR_BOUNDS[0], atol=1e-6) | np.isclose(
         x[:n_delta], LOG_PRIOR_BOUNDS[1], atol=1e-6
     )

@@ -10,7 +10,10 @@ class DiagPosterior:
         self.h = h.clamp_min(0)
         self.n_params = h.numel()
 
-    def log_det(self, delta, s):
+    def log_det(self, delta, s, index=None):
+        """Σ log(s·h + δ); with ``index``, δ holds one value per group (δ[index] per weight)."""
+        if index is not None:
+            delta = delta[index]
         return torch.log(s * self.h + delta).sum()
 
     def set_prior(self, delta, s):

@@ -7,9 +7,17 @@ built as a matrix, r = rank ≤ N·C when it comes from the N·C × N·C kernel
 With a scalar prior δ the log-determinant costs O(r) per evaluation:
     log det(sVΛVᵀ + δI) = Σ log(sλ_i + δ) + (P − r) log δ.
 A per-parameter prior D refactorizes the r × r capacitance matrix instead:
-    log det(D + sVΛVᵀ) = log det D + log det(I + sΛ^½ VᵀD⁻¹V Λ^½),
-O(P r²) per evaluation, or O(L r² + r³) for a prior constant on L runs of
-parameters (layer-wise), whose Gram matrices V_lᵀV_l are computed once.
+    log det(D + sVΛVᵀ) = log det D + log det(I + sΛ^½ VᵀD⁻¹V Λ^½).
+Its value costs O(L r² + r³) when D is constant on L runs of parameters (the
+Gram matrices V_lᵀV_l of the runs are computed once), else O(P r²).  Its
+gradient depends on which values are *tied*, not on which happen to be equal:
+
+- per-parameter δ (``index=None``): ∂/∂δ_i = −δ_i⁻² v_iᵀ Ḡ v_i with Ḡ the
+  gradient of VᵀD⁻¹V, exact for every parameter, O(P r²);
+- grouped δ (``index`` given, parameter i has the value δ[index[i]]): the runs
+  of equal *labels* are fixed by the grouping, so the gradient with respect to
+  each group's value costs O(L r²) and stays exact when two groups take the same
+  value (e.g. the uniform prior that tuning starts from).
 
 For prediction, W = D^{-½} V (sΛ)^½ = Q diag(ω) Rᵀ (thin SVD) gives
     Σ = D^{-½} (I + W Wᵀ)⁻¹ D^{-½} = D^{-½} (I + Q diag(1/(1+ω²) − 1) Qᵀ) D^{-½}.
@@ -32,6 +40,35 @@ class _SPDLogDet(torch.autograd.Function):
     def backward(ctx, grad):
         (L,) = ctx.saved_tensors
         return grad * torch.cholesky_inverse(L)
+
+
+class _WeightedGram(torch.autograd.Function):
+    """Vᵀ D⁻¹ V for a per-parameter δ with the exact per-parameter gradient.
+
+    The value comes from the Gram matrices of the runs on which δ is constant
+    (cached by the posterior), but those runs are only a property of the current
+    values: two parameters with equal δ are not tied, so the backward gives every
+    parameter its own derivative ∂/∂δ_i = −δ_i⁻² Σ_jk Ḡ_jk V_ij V_ik.
+    """
+
+    @staticmethod
+    def forward(ctx, delta, posterior):
+        ctx.save_for_backward(delta)
+        ctx.V = posterior.V
+        return posterior._gram_from_runs(delta, _value_cuts(delta))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        (delta,) = ctx.saved_tensors
+        V = ctx.V
+        return -((V @ grad) * V).sum(1) / delta**2, None
+
+
+def _value_cuts(values):
+    """Start indices (after the first) of the runs of equal entries of a 1-d tensor."""
+    with torch.no_grad():
+        return tuple((torch.nonzero(values[1:] != values[:-1]).flatten() + 1).tolist())
 
 
 class EigenPosterior:
@@ -63,32 +100,65 @@ class EigenPosterior:
     def rank(self):
         return self.lam.numel()
 
-    def log_det(self, delta, s):
+    def log_det(self, delta, s, index=None):
+        """log det(s·H + D); D from a 0-d δ, one δ per parameter, or — with ``index``
+        (P,) — one δ per group, parameter i having δ[index[i]] (gradients with
+        respect to the group values; see the module docstring)."""
         if delta.dim() == 0:
             return torch.log(s * self.lam + delta).sum() + (self.n_params - self.rank) * torch.log(
                 delta
             )
         root = s.sqrt() * self.lam.sqrt()  # not (s·λ)^½: its gradient is NaN at λ = 0
-        capacitance = self._weighted_gram(delta) * root[:, None] * root[None, :]
+        if index is None:
+            log_det_prior, gram = torch.log(delta).sum(), _WeightedGram.apply(delta, self)
+        else:
+            counts, cuts = self._index_runs(index, delta.numel())
+            log_det_prior = (counts.to(delta.dtype) * torch.log(delta)).sum()
+            if len(cuts) >= self.MAX_RUNS:
+                gram = _WeightedGram.apply(delta[index], self)
+            else:
+                # The runs of equal labels are the grouping itself, whatever the values.
+                grams, starts = self._run_grams(cuts)
+                gram = torch.einsum("g,gij->ij", 1 / delta[index[starts]], grams)
+        capacitance = gram * root[:, None] * root[None, :]
         capacitance = capacitance + torch.eye(self.rank, dtype=capacitance.dtype)
-        return torch.log(delta).sum() + _SPDLogDet.apply(capacitance)
+        return log_det_prior + _SPDLogDet.apply(capacitance)
 
     MAX_RUNS = 64
+    _CACHED_PARTITIONS = 4
 
-    def _weighted_gram(self, delta):
-        """Vᵀ D⁻¹ V, from cached per-run Gram matrices when D is constant on few runs."""
-        with torch.no_grad():
-            cuts = (torch.nonzero(delta[1:] != delta[:-1]).flatten() + 1).tolist()
+    def _gram_from_runs(self, delta, cuts):
+        """Vᵀ diag(δ)⁻¹ V for δ constant on the runs starting at ``cuts`` (the value only:
+        differentiable in δ[run start] alone); densely when the runs are many."""
         if len(cuts) >= self.MAX_RUNS:
             return (self.V.T / delta) @ self.V
-        if getattr(self, "_gram_cuts", None) != cuts:
+        grams, starts = self._run_grams(cuts)
+        return torch.einsum("g,gij->ij", 1 / delta[starts], grams)
+
+    def _index_runs(self, index, n_groups):
+        """(group sizes, run starts) of ``index``, kept for the last one."""
+        cached = self.__dict__.get("_index_cache")
+        if cached is None or cached[0] is not index or cached[1] != n_groups:
+            counts = torch.bincount(index, minlength=n_groups)
+            cached = self._index_cache = (index, n_groups, counts, _value_cuts(index))
+        return cached[2], cached[3]
+
+    def _run_grams(self, cuts):
+        """(V_runᵀ V_run stacked, run starts) for the runs starting at ``cuts`` (cached)."""
+        cache = getattr(self, "_gram_cache", None)
+        if cache is None:
+            cache = self._gram_cache = {}
+        if cuts not in cache:
+            if len(cache) >= self._CACHED_PARTITIONS:
+                cache.pop(next(iter(cache)))
             edges = [0, *cuts, self.n_params]
-            self._grams = torch.stack([self.V[a:b].T @ self.V[a:b] for a, b in zip(edges, edges[1:])])
-            self._gram_cuts, self._gram_starts = cuts, edges[:-1]
-        return torch.einsum("g,gij->ij", 1 / delta[self._gram_starts], self._grams)
+            with torch.no_grad():
+                grams = torch.stack([self.V[a:b].T @ self.V[a:b] for a, b in zip(edges, edges[1:])])
+            cache[cuts] = (grams, torch.as_tensor(edges[:-1]))
+        return cache[cuts]
 
     def set_prior(self, delta, s):
-        self._grams = self._gram_cuts = None  # tuning caches are not needed for prediction
+        self._gram_cache = self._index_cache = None  # tuning caches, not needed for prediction
         delta = delta.detach()
         if delta.dim() == 0:
             self._d_inv_sqrt = delta.rsqrt().expand(self.n_params)
