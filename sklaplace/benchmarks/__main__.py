@@ -12,6 +12,7 @@ import sys
 SUBCOMMANDS = {
     "uci": ".uci",
     "speed": ".speed",
+    "defaults": ".defaults",
 }
 
 
