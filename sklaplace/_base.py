@@ -19,6 +19,7 @@ import warnings
 
 import numpy as np
 import torch
+from scipy.optimize import minimize_scalar
 from sklearn.base import BaseEstimator, clone
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils import check_random_state
@@ -27,6 +28,7 @@ from sklearn.utils.validation import check_is_fitted, check_memory, validate_dat
 from . import nets
 from .curvature import DEFAULT_MEMORY_BUDGET, compute_posterior, default_lowrank_rank, jacobian_bytes
 from .evidence import Evidence, curvature_scale, maximize_evidence
+from .holdout import LOG10_PRIOR_GRID, validation_split, variance_path
 from .likelihoods import LIKELIHOODS
 from .online import OnlineEvidence
 from .subsets import AllWeights, LastLayer, Subnetwork, named_params
@@ -43,7 +45,7 @@ _EVIDENCE_LOCK = threading.Lock()
 
 CHOICES = {
     "prior_structure": ("scalar", "layerwise", "diag"),
-    "hyperparameter_tuning": ("evidence", "online", None),
+    "hyperparameter_tuning": ("evidence", "online", "cv", None),
     "subset_of_weights": ("auto", "all", "last_layer", "subnetwork"),
     "hessian_structure": ("auto", "full", "diag", "kron", "lowrank"),
     "curvature": ("ggn", "ef"),
@@ -210,6 +212,11 @@ class BaseLaplace(BaseEstimator):
         ):
             raise ValueError(f"hidden_layer_sizes must be a tuple of positive integers, got {sizes!r}.")
         positive_array("prior_precision", self.prior_precision)
+        fraction = self.validation_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not (
+                0 < fraction < 1):
+            raise ValueError(
+                f"validation_fraction must be a float in (0, 1), got {fraction!r}.")
         if self.subset_of_weights == "subnetwork":
             spec = self.subnetwork
             if spec is None:
@@ -301,6 +308,13 @@ class BaseLaplace(BaseEstimator):
         self._validate_params()
         rng = check_seed("random_state", self.random_state)
         train_seed, self._prediction_seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
+        validation = None
+        if self.hyperparameter_tuning == "cv":
+            fit_rows, held_out = validation_split(
+                len(X), self.validation_fraction, int(rng.randint(0, 2**31 - 1)),
+                labels=y_model if self._likelihood_kinds != ("gaussian",) else None)
+            validation = X[held_out], y_model[held_out]
+            X, y_model = X[fit_rows], y_model[fit_rows]
         net, frozen, likelihood = self._prepare_net(X.shape[1], n_outputs)
         likelihood = likelihood or likelihood_default
         if likelihood not in self._likelihood_kinds:
@@ -324,7 +338,7 @@ class BaseLaplace(BaseEstimator):
                 callbacks=self._online_callbacks(sizes, y_model) if online else (),
             )
             self.net_.module_.eval()  # inference mode from here on, as skorch's predict leaves it
-        self._fit_laplace(X, y_model, sigma0, y_scale)
+        self._fit_laplace(X, y_model, sigma0, y_scale, validation)
         return self
 
     def _training_prior(self, sizes):
@@ -423,7 +437,7 @@ class BaseLaplace(BaseEstimator):
             return torch.tensor(float(arr), dtype=torch.float64)
         return torch.as_tensor(expand_prior(arr, _tensor_sizes(subset.module))[subset.whole_index])
 
-    def _fit_laplace(self, X, y_model, sigma0, y_scale):
+    def _fit_laplace(self, X, y_model, sigma0, y_scale, validation=None):
         module = self._la_module()
         Xt = torch.tensor(np.asarray(X), dtype=torch.float64)
         yt = torch.as_tensor(np.ascontiguousarray(y_model))
@@ -475,7 +489,13 @@ class BaseLaplace(BaseEstimator):
                                 curvature=self.curvature)
 
         prior, sigma = self.prior_precision, sigma_init
-        if self.hyperparameter_tuning == "evidence":
+        if validation is not None:
+            if vector_sigma:
+                raise ValueError(
+                    "hyperparameter_tuning='cv' tunes one sigma_noise for all outputs; give a "
+                    "scalar sigma_noise.")
+            prior, sigma = self._tune_on_held_out(evidence, subset, *validation, y_model)
+        elif self.hyperparameter_tuning == "evidence":
             prior, sigma = self._tune(evidence, subset, sigma_init, y_model)
         elif self.hyperparameter_tuning == "online":
             prior, sigma = self._online_result(y_scale, len(Xt))
@@ -554,6 +574,46 @@ class BaseLaplace(BaseEstimator):
         if self.prior_structure == "layerwise":
             return whole[np.cumsum([0, *sizes[:-1]])], sigma
         return whole, sigma
+
+    def _tune_on_held_out(self, evidence, subset, X_val, y_val, y_model):
+        """Scalar δ (and σ) of smallest held-out NLL over the grid; (δ, σ tensor)."""
+        Xv = torch.as_tensor(np.asarray(X_val), dtype=torch.float64)
+        yv = torch.as_tensor(np.ascontiguousarray(y_val))
+        deltas = 10.0 ** LOG10_PRIOR_GRID
+        with torch.no_grad():
+            f, J = subset.jacobians(Xv)
+            variance = variance_path(evidence.posterior, J)
+            if not evidence.gaussian:
+                scale = float(evidence.scale(None))
+                scores = [self._held_out_nll(f, variance(d, scale), yv) for d in deltas]
+                best = int(np.argmin(scores))
+                self.validation_nll_ = float(scores[best]) / len(Xv)
+                return float(deltas[best]), None
+            # Gaussian: Σ(δ, σ) = c·(H + ρI)⁻¹ with c = 1/s(σ) and ρ = c·δ, so one
+            # variance per ρ serves every σ (searched in 1-D per ρ).
+            floor = 1e-3 * max(float(np.std(y_model)), 1e-12)
+            fits = [self._held_out_gaussian(f, variance(rho, 1.0), yv, evidence, floor)
+                    for rho in deltas]
+        best = int(np.argmin([nll for nll, _ in fits]))
+        nll, sigma = fits[best]
+        self.validation_nll_ = nll / len(Xv)
+        sigma_t = torch.tensor(sigma, dtype=torch.float64)
+        return float(deltas[best] * evidence.scale(sigma_t)), sigma_t
+
+    def _held_out_gaussian(self, f, cov, y, evidence, floor):
+        """Smallest held-out Gaussian NLL over σ (bounded 1-D search) for Σ = (H + ρI)⁻¹/s."""
+        r2 = ((y.reshape(f.shape) - f) ** 2).numpy().ravel()
+        v = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0).numpy().ravel()
+
+        def nll(log_sigma):
+            sigma = np.exp(log_sigma)
+            var = v / float(evidence.scale(torch.tensor(sigma, dtype=torch.float64))) + sigma**2
+            return 0.5 * np.sum(np.log(2 * np.pi * var) + r2 / var)
+
+        upper = np.log(10 * max(np.sqrt(r2.mean()), floor))
+        result = minimize_scalar(nll, bounds=(np.log(floor), upper), method="bounded",
+                                 options={"xatol": 1e-6})
+        return float(result.fun), float(np.exp(result.x))
 
     def _online_result(self, y_scale, n_rows):
         """Hyperparameters of the best online update (whole-net form) and the history."""
@@ -679,6 +739,13 @@ PARAMS_DOC = """
         bounded to log10 δ ∈ [−4, 4] (warns at a bound). ``"online"``: Immer et
         al. (2021) Alg. 1 during training (all weights). ``None``: keep the
         given values (use this in GridSearchCV over ``prior_precision``).
+        ``"cv"``: fit the network and the LA on ``1 − validation_fraction`` of
+        the rows and take the scalar δ (and σ) whose predictive has the
+        smallest NLL on the held-out rest (Laplace Redux's "CV" method), over
+        log10 δ ∈ [−4, 4] in quarter decades.
+    validation_fraction : float, default=0.1
+        Share of the rows held out by ``hyperparameter_tuning="cv"``
+        (stratified for classification), as in scikit-learn's MLP.
     subset_of_weights : {"auto", "all", "last_layer", "subnetwork"}, default="auto"
         The weights under the LA. ``"auto"``: all weights with the full structure
         up to 5,000 parameters (within the memory budget), else the last layer

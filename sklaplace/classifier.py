@@ -8,7 +8,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import ONLINE_DOC, PARAMS_DOC, BaseLaplace, check_choice, validate_numeric
-from .distributions import LogitGaussianPrediction, binary_probit_proba, probit_proba
+from .distributions import (LogitGaussianPrediction, binary_probit_proba, centered_logit_var,
+                            probit_proba)
 
 
 class LaplaceClassifier(ClassifierMixin, BaseLaplace):
@@ -71,7 +72,8 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
 
     def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
                  batch_size=128, prior_precision=1.0, prior_structure="scalar",
-                 hyperparameter_tuning="evidence", subset_of_weights="auto",
+                 hyperparameter_tuning="evidence", validation_fraction=0.1,
+                 subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", link_approx="probit", n_samples=100, temperature=1.0,
                  online_frequency=5, online_burn_in=0, online_steps=100, online_lr=0.1,
@@ -84,6 +86,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         self.prior_precision = prior_precision
         self.prior_structure = prior_structure
         self.hyperparameter_tuning = hyperparameter_tuning
+        self.validation_fraction = validation_fraction
         self.subset_of_weights = subset_of_weights
         self.hessian_structure = hessian_structure
         self.subnetwork = subnetwork
@@ -183,6 +186,9 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         else:
             mean, cov = self._glm_moments(Xt)
             link = self.link_approx
+        return self._logit_dist(mean, cov, link, samples)
+
+    def _logit_dist(self, mean, cov, link, samples=None):
         single = self._likelihood_name == "bernoulli"
         if single:  # one Bernoulli logit f ↦ the two logits (−f/2, f/2)
             mean = torch.cat([-mean / 2, mean / 2], dim=1)
@@ -208,13 +214,25 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         proba : ndarray of shape (n_samples, n_classes)
         """
         check_is_fitted(self)
-        if self.pred_type == "glm" and self.link_approx == "probit":
+        if self.pred_type == "glm":
+            return self._proba_from_moments(*self._glm_moments(self._X_tensor(X)))
+        return self.predict_dist(X).proba()
+
+    def _proba_from_moments(self, mean, cov):
+        """Predictive probabilities of the GLM moments (tensors) under ``link_approx``."""
+        if self.link_approx == "probit":
             # predict_dist(X).proba() without building the logit Gaussian: same numbers.
-            mean, cov = (t.numpy() for t in self._glm_moments(self._X_tensor(X)))
+            mean, cov = mean.numpy(), cov.numpy()
             if self._likelihood_name == "bernoulli":
                 return binary_probit_proba(mean[:, 0], np.maximum(cov[:, 0, 0], 0.0))
-            return probit_proba(mean, np.diagonal(cov, axis1=1, axis2=2))
-        return self.predict_dist(X).proba()
+            return probit_proba(mean, centered_logit_var(cov))
+        return self._logit_dist(mean, cov, self.link_approx).proba()
+
+    def _held_out_nll(self, f, cov, y):
+        """Summed negative log predictive probability of the labels ``y`` (encoded)."""
+        proba = self._proba_from_moments(f, cov)
+        picked = proba[np.arange(len(proba)), y.numpy().astype(int)]
+        return float(-np.log(np.maximum(picked, np.finfo(float).tiny)).sum())
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`."""

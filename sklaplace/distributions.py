@@ -18,6 +18,7 @@ from sklearn.utils import check_random_state
 __all__ = [
     "probit_proba",
     "binary_probit_proba",
+    "centered_logit_var",
     "bridge_alpha",
     "mc_proba",
     "NormalPrediction",
@@ -85,6 +86,32 @@ def probit_proba(logit_mean, logit_var):
     mu = np.asarray(logit_mean, dtype=np.float64)
     var = np.asarray(logit_var, dtype=np.float64)
     return softmax(mu / np.sqrt(1.0 + np.pi / 8.0 * var), axis=-1)
+
+
+def centered_logit_var(logit_cov):
+    """Marginal variances of the logits centred to sum zero, f − mean(f)·1.
+
+    Softmax is invariant to adding the same value to every logit, so the
+    component of the logit Gaussian along 1 says nothing about the class
+    probabilities (it is where the prior on, e.g., the last biases goes
+    unconstrained by a softmax likelihood). The centred logits have the same
+    softmax; their variances are (P Σ P)_cc with P = I − 11ᵀ/C. Used by the
+    extended probit, which would otherwise read that direction as uncertainty.
+
+    Parameters
+    ----------
+    logit_cov : array-like of shape (n_samples, n_classes, n_classes)
+
+    Returns
+    -------
+    var : ndarray of shape (n_samples, n_classes)
+    """
+    cov = np.asarray(logit_cov, dtype=np.float64)
+    n_classes = cov.shape[-1]
+    diag = np.diagonal(cov, axis1=-2, axis2=-1)
+    row = cov.sum(axis=-1)
+    total = row.sum(axis=-1, keepdims=True)
+    return np.maximum(diag - 2.0 * row / n_classes + total / n_classes**2, 0.0)
 
 
 def binary_probit_proba(f_mean, f_var):
@@ -457,7 +484,7 @@ class LogitGaussianPrediction:
                 f = self.logit_mean[:, 1] - self.logit_mean[:, 0]
                 v = cov[:, 1, 1] + cov[:, 0, 0] - 2.0 * cov[:, 0, 1]
                 return binary_probit_proba(f, np.maximum(v, 0.0))
-            return probit_proba(self.logit_mean, self.logit_var)
+            return probit_proba(self.logit_mean, centered_logit_var(self.logit_cov))
         if self.link == "bridge":
             return self.dirichlet().mean
         if self.link == "mc":

@@ -72,7 +72,8 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
 
     def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
                  batch_size=128, prior_precision=1.0, prior_structure="scalar",
-                 hyperparameter_tuning="evidence", subset_of_weights="auto",
+                 hyperparameter_tuning="evidence", validation_fraction=0.1,
+                 subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", n_samples=100, temperature=1.0, sigma_noise=1.0,
                  normalize_y=True, online_frequency=5, online_burn_in=0, online_steps=100,
@@ -85,6 +86,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         self.prior_precision = prior_precision
         self.prior_structure = prior_structure
         self.hyperparameter_tuning = hyperparameter_tuning
+        self.validation_fraction = validation_fraction
         self.subset_of_weights = subset_of_weights
         self.hessian_structure = hessian_structure
         self.subnetwork = subnetwork
