@@ -40,6 +40,8 @@ PREDICT_CHUNK_BYTES = 2**26
 # (a conservative figure for a 2-core laptop; BLAS peaks are higher on bigger machines).
 ASSUMED_FLOPS = 2e10
 TIME_BUDGET_SECONDS = 120.0
+# "auto" takes the full structure over all weights up to this estimated time.
+AUTO_FULL_SECONDS = 2.0
 
 _EVIDENCE_LOCK = threading.Lock()
 
@@ -166,6 +168,22 @@ def full_structure_seconds(n_rows, n_out, n_params):
     return flops / ASSUMED_FLOPS
 
 
+def _auto_structure(module, n_rows, n_out, n_params, fits):
+    """``"auto"``: (subset, structure) by the estimated cost of the full curvature.
+
+    All weights with the full GGN when it is estimated within AUTO_FULL_SECONDS;
+    else all weights Kronecker-factored when every trainable tensor sits in an
+    ``nn.Linear`` (our own KFLR pass); else the last layer.
+    """
+    if fits and full_structure_seconds(n_rows, n_out, n_params) <= AUTO_FULL_SECONDS:
+        return "all", "full"
+    try:
+        AllWeights(module).linear_layers()
+    except ValueError:
+        return "last_layer", "auto"
+    return "all", "kron"
+
+
 def output_width(module, X):
     """Number of outputs per row of ``module`` (run in eval mode on two rows of ``X``)."""
     training = module.training
@@ -197,8 +215,9 @@ class BaseLaplace(BaseEstimator):
         for name in ("prior_structure", "hyperparameter_tuning", "subset_of_weights",
                      "hessian_structure", "curvature", "pred_type"):
             check_choice(name, getattr(self, name))
-        for name in ("max_epochs", "batch_size", "n_samples", "online_frequency", "online_steps"):
+        for name in ("max_epochs", "batch_size", "n_samples", "online_frequency"):
             check_positive(name, getattr(self, name), integer=True)
+        check_positive("online_steps", self.online_steps, integer=True, allow_none=True)
         check_positive("online_burn_in", self.online_burn_in, integer=True, allow_zero=True)
         if isinstance(self.verbose, bool) or not (
                 isinstance(self.verbose, numbers.Integral) and self.verbose >= 0):
@@ -304,17 +323,15 @@ class BaseLaplace(BaseEstimator):
 
     # ------------------------------------------------------------ fit
     def _fit(self, X, y_model, likelihood_default, n_outputs, y_scale):
-        """Train (or take) the net, fit the LA and tune; ``y_model`` is in model units."""
+        """Train (or take) the net, fit the LA and tune; ``y_model`` is in model units.
+
+        With ``hyperparameter_tuning="cv"`` this runs twice, as scikit-learn's
+        ``*CV`` estimators with ``refit=True``: on ``1 − validation_fraction`` of
+        the rows to choose δ (and σ) by held-out NLL, then on all rows with them.
+        """
         self._validate_params()
         rng = check_seed("random_state", self.random_state)
         train_seed, self._prediction_seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
-        validation = None
-        if self.hyperparameter_tuning == "cv":
-            fit_rows, held_out = validation_split(
-                len(X), self.validation_fraction, int(rng.randint(0, 2**31 - 1)),
-                labels=y_model if self._likelihood_kinds != ("gaussian",) else None)
-            validation = X[held_out], y_model[held_out]
-            X, y_model = X[fit_rows], y_model[fit_rows]
         net, frozen, likelihood = self._prepare_net(X.shape[1], n_outputs)
         likelihood = likelihood or likelihood_default
         if likelihood not in self._likelihood_kinds:
@@ -326,20 +343,38 @@ class BaseLaplace(BaseEstimator):
         sigma0 = self._initial_sigma(n_outputs)
         if frozen is not None:
             self._check_outputs(output_width(frozen.module_, X))
-            self.net_ = frozen
+            sizes = None
         else:
             sizes = self._param_sizes(net, X, n_outputs)
-            online = self.hyperparameter_tuning == "online"
-            train = check_memory(self.memory).cache(nets.train_map)
-            self.net_ = train(
-                net, X, self._y_for_training(y_model, likelihood), likelihood=likelihood,
-                temperature=self.temperature, sigma_noise=np.asarray(sigma0, dtype=float),
-                prior_precision=self._training_prior(sizes), seed=train_seed,
-                callbacks=self._online_callbacks(sizes, y_model) if online else (),
-            )
-            self.net_.module_.eval()  # inference mode from here on, as skorch's predict leaves it
-        self._fit_laplace(X, y_model, sigma0, y_scale, validation)
+        chosen = None
+        if self.hyperparameter_tuning == "cv":
+            fit_rows, held_out = validation_split(
+                len(X), self.validation_fraction, int(rng.randint(0, 2**31 - 1)),
+                labels=y_model if self._likelihood_kinds != ("gaussian",) else None)
+            self._train(net, frozen, X[fit_rows], y_model[fit_rows], sizes, sigma0, train_seed)
+            self._fit_laplace(X[fit_rows], y_model[fit_rows], sigma0, y_scale,
+                              validation=(X[held_out], y_model[held_out]))
+            chosen = self.prior_precision_, self._sigma_fit
+            self._log(f"refit on all {len(X)} rows with the held-out choice")
+        self._train(net, frozen, X, y_model, sizes, sigma0, train_seed)
+        self._fit_laplace(X, y_model, sigma0, y_scale, chosen=chosen)
         return self
+
+    def _train(self, net, frozen, X, y_model, sizes, sigma0, seed):
+        """``net_``: the frozen net, or a copy of ``net`` trained to the MAP on (X, y)."""
+        if frozen is not None:
+            self.net_ = frozen
+            return
+        online = self.hyperparameter_tuning == "online"
+        train = check_memory(self.memory).cache(nets.train_map)
+        self.net_ = train(
+            clone(net), X, self._y_for_training(y_model, self._likelihood_name),
+            likelihood=self._likelihood_name, temperature=self.temperature,
+            sigma_noise=np.asarray(sigma0, dtype=float),
+            prior_precision=self._training_prior(sizes), seed=seed,
+            callbacks=self._online_callbacks(sizes, y_model) if online else (),
+        )
+        self.net_.module_.eval()  # inference mode from here on, as skorch's predict leaves it
 
     def _training_prior(self, sizes):
         arr = np.asarray(self.prior_precision, dtype=float)
@@ -355,7 +390,9 @@ class BaseLaplace(BaseEstimator):
     def _online_callbacks(self, sizes, y_model):
         structure = self.hessian_structure
         if structure == "auto":
-            structure = "full" if sum(sizes) <= AUTO_FULL_MAX_PARAMS else "kron"
+            cheap = full_structure_seconds(len(y_model), self._n_model_outputs,
+                                           sum(sizes)) <= AUTO_FULL_SECONDS
+            structure = "full" if cheap else "kron"
         gaussian = self._likelihood_name == "gaussian"
         return [OnlineEvidence(
             self._likelihood_name, hessian_structure=structure, curvature=self.curvature,
@@ -379,8 +416,10 @@ class BaseLaplace(BaseEstimator):
         if kind == "auto":
             n_all = sum(_tensor_sizes(module))
             fits = jacobian_bytes(X.shape[0], n_out, n_all) <= DEFAULT_MEMORY_BUDGET
-            if structure in ("auto", "full"):
+            if structure == "full":
                 kind = "all" if n_all <= AUTO_FULL_MAX_PARAMS and fits else "last_layer"
+            elif structure == "auto":
+                kind, structure = _auto_structure(module, X.shape[0], n_out, n_all, fits)
             else:
                 kind = "all"
         if kind == "all":
@@ -437,7 +476,7 @@ class BaseLaplace(BaseEstimator):
             return torch.tensor(float(arr), dtype=torch.float64)
         return torch.as_tensor(expand_prior(arr, _tensor_sizes(subset.module))[subset.whole_index])
 
-    def _fit_laplace(self, X, y_model, sigma0, y_scale, validation=None):
+    def _fit_laplace(self, X, y_model, sigma0, y_scale, validation=None, chosen=None):
         module = self._la_module()
         Xt = torch.tensor(np.asarray(X), dtype=torch.float64)
         yt = torch.as_tensor(np.ascontiguousarray(y_model))
@@ -489,12 +528,15 @@ class BaseLaplace(BaseEstimator):
                                 curvature=self.curvature)
 
         prior, sigma = self.prior_precision, sigma_init
-        if validation is not None:
+        if chosen is not None:
+            prior, sigma = chosen
+        elif validation is not None:
             if vector_sigma:
                 raise ValueError(
                     "hyperparameter_tuning='cv' tunes one sigma_noise for all outputs; give a "
                     "scalar sigma_noise.")
             prior, sigma = self._tune_on_held_out(evidence, subset, *validation, y_model)
+            sigma = sigma_init if sigma is None else sigma
         elif self.hyperparameter_tuning == "evidence":
             prior, sigma = self._tune(evidence, subset, sigma_init, y_model)
         elif self.hyperparameter_tuning == "online":
@@ -740,16 +782,21 @@ PARAMS_DOC = """
         al. (2021) Alg. 1 during training (all weights). ``None``: keep the
         given values (use this in GridSearchCV over ``prior_precision``).
         ``"cv"``: fit the network and the LA on ``1 − validation_fraction`` of
-        the rows and take the scalar δ (and σ) whose predictive has the
-        smallest NLL on the held-out rest (Laplace Redux's "CV" method), over
-        log10 δ ∈ [−4, 4] in quarter decades.
+        the rows, take the scalar δ (and σ) whose predictive has the smallest
+        NLL on the held-out rest (Laplace Redux's "CV" method; log10 δ ∈
+        [−4, 4] in quarter decades), then refit net and LA on all rows with
+        them (as scikit-learn's ``*CV`` estimators with ``refit=True``).
     validation_fraction : float, default=0.1
         Share of the rows held out by ``hyperparameter_tuning="cv"``
         (stratified for classification), as in scikit-learn's MLP.
     subset_of_weights : {"auto", "all", "last_layer", "subnetwork"}, default="auto"
-        The weights under the LA. ``"auto"``: all weights with the full structure
-        up to 5,000 parameters (within the memory budget), else the last layer
-        (full up to 2,000 weights, else kron).
+        The weights under the LA. ``"auto"`` (with ``hessian_structure="auto"``):
+        all weights with the full structure when its curvature and
+        eigendecomposition are estimated within 2 s (N·C·P² + 10·P³ flops, or
+        the kernel's when N·C < P, at 2·10¹⁰ flop/s), else all weights
+        Kronecker-factored for nets of ``nn.Linear`` layers, else the last
+        layer (full up to 2,000 weights, else kron). With an explicit
+        ``hessian_structure="full"``: all weights up to 5,000 parameters.
     hessian_structure : {"auto", "full", "diag", "kron", "lowrank"}, default="auto"
         Structure of the curvature and the posterior.
     subnetwork : int, list of str or None, default=None
@@ -772,10 +819,13 @@ ONLINE_DOC = """
         Online tuning: epochs F between hyperparameter updates.
     online_burn_in : int, default=0
         Online tuning: epochs before the first update.
-    online_steps : int, default=100
-        Online tuning: Adam steps K on the log hyperparameters per update.
+    online_steps : int or None, default=None
+        Online tuning: None maximizes the evidence at every update (bounded
+        L-BFGS-B over log δ and log σ, as post-hoc tuning: same optimum,
+        about half the time of 100 steps); an int K takes K Adam steps on the
+        log hyperparameters (Immer et al. 2021, Alg. 1).
     online_lr : float, default=0.1
-        Online tuning: Adam learning rate on the log hyperparameters.
+        Online tuning: Adam learning rate of the K steps.
     memory : None, str or joblib.Memory, default=None
         Caches the trained MAP network, keyed on the net, the training prior,
         the data and ``random_state``: refits that change only Laplace

@@ -76,7 +76,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
                  subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", link_approx="probit", n_samples=100, temperature=1.0,
-                 online_frequency=5, online_burn_in=0, online_steps=100, online_lr=0.1,
+                 online_frequency=5, online_burn_in=0, online_steps=None, online_lr=0.1,
                  memory=None, random_state=None, verbose=0):
         self.net = net
         self.hidden_layer_sizes = hidden_layer_sizes

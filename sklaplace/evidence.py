@@ -191,7 +191,7 @@ def _stationary(result, bounds, rtol=1e-5):
 
 
 def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor=None,
-                      tune_sigma=True):
+                      tune_sigma=True, warn=True):
     """Bounded L-BFGS-B over log δ (and log σ), log10 δ ∈ [−4, 4], σ ≥ ``sigma_floor``.
 
     ``expand(v)`` maps the vector of free δ values to the ``delta`` argument of
@@ -234,6 +234,8 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
                           method="L-BFGS-B", bounds=bounds,
                           options={"maxiter": 500, "ftol": 1e-14, "gtol": 1e-9})
     x = result.x
+    if not warn:
+        return x[:n_delta], (x[n_delta:].reshape(sigma_shape) if with_sigma else log_sigma0)
     if not result.success and not _stationary(result, bounds):
         warnings.warn(
             "The evidence maximization did not converge: L-BFGS-B stopped after "

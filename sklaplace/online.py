@@ -16,7 +16,7 @@ import torch
 from skorch.callbacks import Callback
 
 from .curvature import compute_posterior
-from .evidence import LOG_PRIOR_BOUNDS, Evidence
+from .evidence import LOG_PRIOR_BOUNDS, Evidence, maximize_evidence
 from .likelihoods import LIKELIHOODS
 from .subsets import AllWeights
 
@@ -34,7 +34,9 @@ class OnlineEvidence(Callback):
         F: epochs between hyperparameter updates.
     burn_in : int, default=0
         Epochs before the first update.
-    n_steps : int, default=100
+    n_steps : int or None, default=100
+        K Adam steps per update; None maximizes the evidence at each update
+        (bounded L-BFGS-B, as post-hoc tuning).
         K: Adam steps on the log hyperparameters per update.
     lr : float, default=0.1
         Adam learning rate on the log hyperparameters.
@@ -106,8 +108,29 @@ class OnlineEvidence(Callback):
             "sigma_noise": sigma.numpy().copy() if self.likelihood == "gaussian" else None,
         })
 
+    def _maximize(self, evidence, log_delta, index, sigma0):
+        """The evidence maximum at the current net (bounded L-BFGS-B); as :meth:`update`."""
+        scalar = self.prior_structure == "scalar"
+        gaussian = evidence.gaussian
+
+        def expand(values):
+            return values[0] if scalar else values[index]
+
+        log_d, log_s = maximize_evidence(
+            evidence, log_delta.numpy(), expand,
+            np.log(sigma0.numpy()) if gaussian else None,
+            max(self.sigma_floor, 1e-300) if gaussian else None, warn=False)
+        delta = expand(torch.as_tensor(np.exp(log_d)))
+        sigma = torch.as_tensor(np.exp(log_s), dtype=torch.float64) if gaussian else sigma0
+        with torch.no_grad():
+            value = float(evidence(delta, sigma if gaussian else None))
+        return delta, sigma, value
+
     def update(self, module, X, y, prior_precision, sigma_noise):
-        """One round of K Adam steps; returns (δ per parameter or 0-d, σ, log evidence)."""
+        """One round: K Adam steps, or (``n_steps=None``) the maximum of the evidence.
+
+        Returns (δ per parameter or 0-d, σ, log evidence).
+        """
         subset = AllWeights(module)
         likelihood = LIKELIHOODS[self.likelihood]()
         n_out = module(X[:1]).reshape(1, -1).shape[1]
@@ -141,6 +164,8 @@ class OnlineEvidence(Callback):
         sigma0 = sigma_noise.to(torch.float64)
         if sigma0.dim() > 0 and sigma0.numel() > 1:
             raise ValueError("hyperparameter_tuning='online' supports a scalar sigma_noise only.")
+        if self.n_steps is None:
+            return self._maximize(evidence, log_delta.detach(), index, sigma0.reshape(()))
         log_sigma = sigma0.reshape(()).log().clone().requires_grad_(gaussian)
         if gaussian:
             params.append(log_sigma)

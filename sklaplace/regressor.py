@@ -76,7 +76,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
                  subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", n_samples=100, temperature=1.0, sigma_noise=1.0,
-                 normalize_y=True, online_frequency=5, online_burn_in=0, online_steps=100,
+                 normalize_y=True, online_frequency=5, online_burn_in=0, online_steps=None,
                  online_lr=0.1, memory=None, random_state=None, verbose=0):
         self.net = net
         self.hidden_layer_sizes = hidden_layer_sizes

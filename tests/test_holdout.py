@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from sklearn.frozen import FrozenEstimator
 from sklearn.metrics import log_loss
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
@@ -43,18 +44,10 @@ def test_variance_path_equals_the_posterior_at_each_prior(structure):
         np.testing.assert_allclose(got, post.functional_variance(J), rtol=1e-9, atol=1e-12)
 
 
-def test_cv_picks_the_grid_prior_of_smallest_held_out_nll():
-    X, y = _clf_data(n=120)
-    est = LaplaceClassifier(hyperparameter_tuning="cv", **FAST).fit(X, y)
-    # brute force: the same split, every grid prior through the public predictor
-    fit, held = validation_split(len(y), 0.1, _cv_seed(est), labels=y)
-    scores = []
-    for log10 in LOG10_PRIOR_GRID:
-        est._posterior = est._evidence.posterior.set_prior(
-            torch.tensor(10.0**log10, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64))
-        scores.append(log_loss(y[held], est.predict_proba(X[held]), labels=[0, 1, 2]))
-    assert est.prior_precision_ == pytest.approx(10.0 ** LOG10_PRIOR_GRID[np.argmin(scores)])
-    assert est.validation_nll_ == pytest.approx(min(scores), rel=1e-9)
+def _trained_net(X, y, classifier=True):
+    est = (LaplaceClassifier if classifier else LaplaceRegressor)(
+        hyperparameter_tuning=None, **FAST).fit(X, y)
+    return FrozenEstimator(est.net_)
 
 
 def _cv_seed(est):
@@ -63,20 +56,58 @@ def _cv_seed(est):
     return int(rng.randint(0, 2**31 - 1))
 
 
+def test_cv_picks_the_grid_prior_of_smallest_held_out_nll_and_refits():
+    X, y = _clf_data(n=120)
+    net = _trained_net(X, y)
+    est = LaplaceClassifier(net, hyperparameter_tuning="cv", random_state=0).fit(X, y)
+    # brute force: the LA on the same fit rows, every grid prior through the public predictor
+    fit, held = validation_split(len(y), 0.1, _cv_seed(est), labels=y)
+    part = LaplaceClassifier(net, hyperparameter_tuning=None).fit(X[fit], y[fit])
+    scores = []
+    for log10 in LOG10_PRIOR_GRID:
+        part._posterior = part._evidence.posterior.set_prior(
+            torch.tensor(10.0**log10, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64))
+        scores.append(log_loss(y[held], part.predict_proba(X[held]), labels=[0, 1, 2]))
+    best = 10.0 ** LOG10_PRIOR_GRID[np.argmin(scores)]
+    assert est.prior_precision_ == pytest.approx(best)
+    assert est.validation_nll_ == pytest.approx(min(scores), rel=1e-9)
+    # the refit: the LA over all rows at the chosen prior
+    full = LaplaceClassifier(net, hyperparameter_tuning=None, prior_precision=best).fit(X, y)
+    np.testing.assert_allclose(est.predict_proba(X), full.predict_proba(X), rtol=1e-10)
+    assert est.log_evidence_ == pytest.approx(full.log_evidence_, rel=1e-10)
+
+
+def test_cv_refit_trains_on_all_rows():
+    X, y = _clf_data(n=100)
+    est = LaplaceClassifier(hyperparameter_tuning="cv", **FAST).fit(X, y)
+    plain = LaplaceClassifier(hyperparameter_tuning=None, **FAST).fit(X, y)
+    for a, b in zip(est.net_.module_.parameters(), plain.net_.module_.parameters()):
+        torch.testing.assert_close(a, b)
+
+
 def test_cv_regressor_tunes_sigma_and_prior_on_held_out_rows():
     rng = np.random.RandomState(0)
     X = rng.randn(150, 3)
-    y = 1e3 * (np.sin(X[:, 0]) + 0.2 * rng.randn(150))
-    est = LaplaceRegressor(hyperparameter_tuning="cv", **FAST).fit(X, y)
+    y = np.sin(X[:, 0]) + 0.2 * rng.randn(150)
+    net = _trained_net(X, y, classifier=False)
+    est = LaplaceRegressor(net, hyperparameter_tuning="cv", normalize_y=False,
+                           random_state=0).fit(X, y)
     fit, held = validation_split(len(y), 0.1, _cv_seed(est))
-    mean, std = est.predict(X[held], return_std=True)
+    part = LaplaceRegressor(net, hyperparameter_tuning=None, normalize_y=False,
+                            prior_precision=est.prior_precision_,
+                            sigma_noise=est.sigma_noise_).fit(X[fit], y[fit])
+    mean, std = part.predict(X[held], return_std=True)
     nll = np.mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * ((y[held] - mean) / std) ** 2)
-    # validation_nll_ is in the units the net is trained in (standardized y)
-    assert nll - np.log(est._y_std[0]) == pytest.approx(est.validation_nll_, rel=1e-6)
+    assert nll == pytest.approx(est.validation_nll_, rel=1e-6)
     # At a fixed ρ = δ/s(σ) the predictive variance scales as σ², so σ is optimal on the
     # held-out rows exactly when the standardized squared residuals average one.
     assert np.mean(((y[held] - mean) / std) ** 2) == pytest.approx(1.0, abs=1e-4)
-    assert 0.05 < est.sigma_noise_ / 1e3 < 1.0
+    # the refit keeps (δ, σ) and fits the LA on all rows
+    full = LaplaceRegressor(net, hyperparameter_tuning=None, normalize_y=False,
+                            prior_precision=est.prior_precision_,
+                            sigma_noise=est.sigma_noise_).fit(X, y)
+    np.testing.assert_allclose(est.predict(X, return_std=True), full.predict(X, return_std=True),
+                               rtol=1e-10)
 
 
 def test_cv_with_vector_sigma_is_refused():
