@@ -85,6 +85,9 @@ def test_map_column_of_the_regressor_is_in_the_units_of_y():
     pipe = make_pipeline(StandardScaler(), reg).fit(X.iloc[train], y[train])
     mean = pipe.predict(X.iloc[test])  # the GLM mean is the net's output
     sigma = pipe[-1].sigma_noise_
+    # the MAP's plug-in std is the LA's own noise, in the units of y
+    dist = pipe[-1].predict_dist(pipe[0].transform(X.iloc[test]))
+    np.testing.assert_allclose(dist.aleatoric_var, sigma**2, rtol=1e-10)
     assert got["MAP"]["nll"] == pytest.approx(gaussian_nll(y[test], mean, sigma), rel=1e-4)
     assert got["MAP"]["rmse"] == pytest.approx(np.sqrt(np.mean((y[test] - mean) ** 2)), rel=1e-4)
     assert got["MAP"]["rmse"] == pytest.approx(got["LA"]["rmse"], rel=1e-4)

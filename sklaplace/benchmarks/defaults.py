@@ -9,8 +9,9 @@ against
 * ``MAP``: the same fit's plug-in predictive (softmax / sigmoid of the
   logits of ``net_``; for regression the net's mean with the fitted
   ``sigma_noise_`` as std).  Its fit time is the MAP training time alone,
-  the sum of the skorch history's ``dur`` column (with
-  ``hyperparameter_tuning="online"`` that includes the online updates);
+  the sum of the skorch history's ``dur`` column (skorch's epoch timer
+  stops before later epoch-end callbacks, so it leaves out the updates of
+  ``hyperparameter_tuning="online"``);
 * ``MLP``: ``MLPClassifier`` / ``MLPRegressor`` at defaults;
 * ``linear``: ``LogisticRegression`` / ``BayesianRidge`` (``return_std``);
 * ``GP`` (regression): ``GaussianProcessRegressor`` with
@@ -477,7 +478,7 @@ def _laplace_params(value):
 
 
 def code_version():
-    """``sklaplace <version>`` and, in a git checkout, its commit (``+dirty`` if edited)."""
+    """``sklaplace <version>`` and its git commit (``+dirty``: the estimators are edited)."""
     import subprocess
     from pathlib import Path
 
@@ -490,7 +491,8 @@ def code_version():
                               timeout=10, check=True).stdout.strip()
 
     try:
-        dirty = "+dirty" if run("status", "--porcelain", "--", "sklaplace") else ""
+        estimators = ["--", "sklaplace", ":!sklaplace/benchmarks"]
+        dirty = "+dirty" if run("status", "--porcelain", *estimators) else ""
         return f"sklaplace {__version__} (commit {run('rev-parse', '--short', 'HEAD')}{dirty})"
     except (OSError, subprocess.SubprocessError):
         return f"sklaplace {__version__}"
