@@ -111,3 +111,7 @@ def test_targets_count_the_sets_that_meet_them():
     assert lines[4].startswith("- FAIL (e)") and "misses: wine" in lines[4]
     agg[("wine", "LA")] = cell(0.10, ece=0.01, seconds=3.0)
     assert all(line.startswith("- PASS") for line in defaults.targets(agg, ["iris", "wine"]))
+    agg[("iris", "LA")] = cell(0.30 * (1 + 1e-5), ece=0.05, seconds=2.0)  # a float tie with MAP
+    assert defaults.targets(agg, ["iris", "wine"])[0].startswith("- PASS (a)")
+    agg[("iris", "LA")] = cell(0.30 * (1 + 1e-3), ece=0.05, seconds=2.0)
+    assert defaults.targets(agg, ["iris", "wine"])[0].startswith("- FAIL (a)")

@@ -389,14 +389,19 @@ def targets(agg, datasets):
     """The summary lines of targets (a)–(e), computed from the per-set means.
 
     A set passes (d) when the LA's NLL is at most the best baseline's (MLP,
-    linear, GP, HGB) plus 5% of its magnitude (NLLs can be negative).
+    linear, GP, HGB) plus 5% of its magnitude (NLLs can be negative).  Every
+    "≤" allows a relative 1e-4, so that ties (the float32 net against the
+    float64 LA, e.g. the binary Laplace bridge, which equals the MAP) count.
     """
     def m(d, method, metric="nll"):
         return _mean(agg, d, method, metric)
 
+    def leq(a, b):
+        return a <= b + 1e-4 * abs(b)
+
     def near_best(d):
         best = np.nanmin([m(d, b) for b in METHODS[task_of(d)][2:]])
-        return m(d, "LA") <= best + 0.05 * abs(best)
+        return leq(m(d, "LA"), best + 0.05 * abs(best))
 
     def check(sets, ok):
         good = [d for d in sets if ok(d)]
@@ -405,15 +410,15 @@ def targets(agg, datasets):
     sets = [d for d in datasets if (d, "LA") in agg]
     cls_sets = [d for d in sets if task_of(d) == "classification"]
     checks = [
-        ("(a) LA NLL ≤ MAP NLL on every set", sets, lambda d: m(d, "LA") <= m(d, "MAP"), 1.0),
+        ("(a) LA NLL ≤ MAP NLL on every set", sets, lambda d: leq(m(d, "LA"), m(d, "MAP")), 1.0),
         ("(b) LA ECE ≤ MAP ECE on ≥ 80% of classification sets", cls_sets,
-         lambda d: m(d, "LA", "ece") <= m(d, "MAP", "ece"), 0.8),
+         lambda d: leq(m(d, "LA", "ece"), m(d, "MAP", "ece")), 0.8),
         ("(c) LA NLL ≤ min(MLP, linear) NLL on ≥ 80% of sets", sets,
-         lambda d: m(d, "LA") <= np.nanmin([m(d, "MLP"), m(d, "linear")]), 0.8),
+         lambda d: leq(m(d, "LA"), np.nanmin([m(d, "MLP"), m(d, "linear")])), 0.8),
         ("(d) LA NLL within 5% of the best baseline (MLP, linear, GP, HGB) on ≥ 60% of sets",
          sets, near_best, 0.6),
         ("(e) LA fit time ≤ 3 × MAP training time on every set", sets,
-         lambda d: m(d, "LA", "seconds") <= 3 * m(d, "MAP", "seconds"), 1.0),
+         lambda d: leq(m(d, "LA", "seconds"), 3 * m(d, "MAP", "seconds")), 1.0),
     ]
     with warnings.catch_warnings():  # nanmin of a set whose baselines were not run
         warnings.simplefilter("ignore", RuntimeWarning)
