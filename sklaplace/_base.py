@@ -47,7 +47,7 @@ _EVIDENCE_LOCK = threading.Lock()
 
 CHOICES = {
     "prior_structure": ("scalar", "layerwise", "diag"),
-    "hyperparameter_tuning": ("evidence", "online", "cv", None),
+    "hyperparameter_tuning": ("auto", "evidence", "online", "cv", None),
     "subset_of_weights": ("auto", "all", "last_layer", "subnetwork"),
     "hessian_structure": ("auto", "full", "diag", "kron", "lowrank"),
     "curvature": ("ggn", "ef"),
@@ -333,6 +333,8 @@ class BaseLaplace(BaseEstimator):
         rng = check_seed("random_state", self.random_state)
         train_seed, self._prediction_seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
         net, frozen, likelihood = self._prepare_net(X.shape[1], n_outputs)
+        self.hyperparameter_tuning_ = (self._default_tuning() if self.hyperparameter_tuning == "auto"
+                                       else self.hyperparameter_tuning)
         likelihood = likelihood or likelihood_default
         if likelihood not in self._likelihood_kinds:
             raise ValueError(
@@ -347,7 +349,7 @@ class BaseLaplace(BaseEstimator):
         else:
             sizes = self._param_sizes(net, X, n_outputs)
         chosen = None
-        if self.hyperparameter_tuning == "cv":
+        if self.hyperparameter_tuning_ == "cv":
             fit_rows, held_out = validation_split(
                 len(X), self.validation_fraction, int(rng.randint(0, 2**31 - 1)),
                 labels=y_model if self._likelihood_kinds != ("gaussian",) else None)
@@ -365,7 +367,7 @@ class BaseLaplace(BaseEstimator):
         if frozen is not None:
             self.net_ = frozen
             return
-        online = self.hyperparameter_tuning == "online"
+        online = self.hyperparameter_tuning_ == "online"
         train = check_memory(self.memory).cache(nets.train_map)
         self.net_ = train(
             clone(net), X, self._y_for_training(y_model, self._likelihood_name),
@@ -537,9 +539,9 @@ class BaseLaplace(BaseEstimator):
                     "scalar sigma_noise.")
             prior, sigma = self._tune_on_held_out(evidence, subset, *validation, y_model)
             sigma = sigma_init if sigma is None else sigma
-        elif self.hyperparameter_tuning == "evidence":
+        elif self.hyperparameter_tuning_ == "evidence":
             prior, sigma = self._tune(evidence, subset, sigma_init, y_model)
-        elif self.hyperparameter_tuning == "online":
+        elif self.hyperparameter_tuning_ == "online":
             prior, sigma = self._online_result(y_scale, len(Xt))
             if not self.evidence_history_:
                 warnings.warn(
@@ -678,6 +680,10 @@ class BaseLaplace(BaseEstimator):
             prior = delta.numpy()
         return prior, torch.as_tensor(crit.sigma_noise, dtype=torch.float64).cpu()
 
+    def _default_tuning(self):
+        """What ``hyperparameter_tuning="auto"`` means (see the estimators' docstrings)."""
+        raise NotImplementedError
+
     # hooks for the targets (the regressor overrides them)
     def _initial_sigma(self, n_outputs):
         return 1.0
@@ -776,7 +782,13 @@ PARAMS_DOC = """
         prior of MAP training and the start of evidence tuning.
     prior_structure : {"scalar", "layerwise", "diag"}, default="scalar"
         Granularity of the prior precision that evidence tuning uses.
-    hyperparameter_tuning : {"evidence", "online"} or None, default="evidence"
+    hyperparameter_tuning : {"auto", "evidence", "online", "cv"} or None, default="auto"
+        How δ (and σ) are chosen; the result is in ``hyperparameter_tuning_``.
+        ``"auto"``: for the classifier ``"cv"`` (``"evidence"`` with a
+        non-scalar ``prior_structure``); for the regressor ``"online"`` when it
+        trains the net over all weights for at least ``online_burn_in +
+        online_frequency`` epochs with a scalar ``sigma_noise``, else
+        ``"evidence"`` (the choice and its scoreboard are in the README).
         ``"evidence"``: maximise the Laplace log evidence after training,
         bounded to log10 δ ∈ [−4, 4] (warns at a bound). ``"online"``: Immer et
         al. (2021) Alg. 1 during training (all weights). ``None``: keep the
@@ -786,7 +798,7 @@ PARAMS_DOC = """
         NLL on the held-out rest (Laplace Redux's "CV" method; log10 δ ∈
         [−4, 4] in quarter decades), then refit net and LA on all rows with
         them (as scikit-learn's ``*CV`` estimators with ``refit=True``).
-    validation_fraction : float, default=0.1
+    validation_fraction : float, default=0.2
         Share of the rows held out by ``hyperparameter_tuning="cv"``
         (stratified for classification), as in scikit-learn's MLP.
     subset_of_weights : {"auto", "all", "last_layer", "subnetwork"}, default="auto"

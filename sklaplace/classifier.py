@@ -39,6 +39,10 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     prior_precision_ : float or ndarray
         Prior precision after tuning, in the form of ``prior_precision``.
     subset_of_weights_ : str
+    hyperparameter_tuning_ : str or None
+        What ``hyperparameter_tuning`` resolved to (``"auto"``: see above).
+    validation_nll_ : float
+        ``"cv"`` only: mean held-out NLL at the chosen hyperparameters (model units).
     hessian_structure_ : str
         What ``"auto"`` resolved to.
     n_params_ : int
@@ -72,7 +76,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
 
     def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
                  batch_size=128, prior_precision=1.0, prior_structure="scalar",
-                 hyperparameter_tuning="evidence", validation_fraction=0.1,
+                 hyperparameter_tuning="auto", validation_fraction=0.2,
                  subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", link_approx="probit", n_samples=100, temperature=1.0,
@@ -131,6 +135,12 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         self._n_model_outputs = 1 if single_logit else len(self.classes_)
         default = "bernoulli" if single_logit else "categorical"
         return self._fit(X, encoder.transform(y), default, self._n_model_outputs, None)
+
+    def _default_tuning(self):
+        # The post-hoc LA of a net trained at another δ is often broader than the
+        # data support (probit NLL above the MAP's); held-out NLL picks its width.
+        # "cv" tunes one scalar δ: a layer-wise or diagonal prior asks for the evidence.
+        return "cv" if self.prior_structure == "scalar" else "evidence"
 
     def _check_outputs(self, n_out):
         if self._likelihood_name == "bernoulli" and len(self.classes_) != 2:

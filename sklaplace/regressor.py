@@ -3,6 +3,7 @@
 import numpy as np
 import torch
 from sklearn.base import RegressorMixin
+from sklearn.frozen import FrozenEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import ONLINE_DOC, PARAMS_DOC, BaseLaplace, positive_array, validate_numeric
@@ -44,6 +45,10 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     sigma_noise_ : float or ndarray
         Observation noise after tuning, in the units of y.
     subset_of_weights_ : str
+    hyperparameter_tuning_ : str or None
+        What ``hyperparameter_tuning`` resolved to (``"auto"``: see above).
+    validation_nll_ : float
+        ``"cv"`` only: mean held-out NLL at the chosen hyperparameters (model units).
     hessian_structure_ : str
     n_params_ : int
     log_evidence_ : float
@@ -72,7 +77,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
 
     def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
                  batch_size=128, prior_precision=1.0, prior_structure="scalar",
-                 hyperparameter_tuning="evidence", validation_fraction=0.1,
+                 hyperparameter_tuning="auto", validation_fraction=0.2,
                  subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", n_samples=100, temperature=1.0, sigma_noise=1.0,
@@ -167,6 +172,15 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
                 "expected residuals, or keep the default and let "
                 "hyperparameter_tuning='evidence' tune it."
             )
+
+    def _default_tuning(self):
+        # Online: the net is trained at the σ and δ its evidence chooses (Immer et al.
+        # 2021), not at the initial σ, which underfits or overfits the MAP itself.
+        if isinstance(self.net, FrozenEstimator) or np.size(self.sigma_noise) > 1:
+            return "evidence"
+        epochs = self.max_epochs if self.net is None else self.net.max_epochs
+        updates = epochs >= self.online_burn_in + self.online_frequency
+        return "online" if updates and self.subset_of_weights in ("auto", "all") else "evidence"
 
     def _check_outputs(self, n_out):
         if n_out != self._n_model_outputs:

@@ -61,7 +61,7 @@ def test_cv_picks_the_grid_prior_of_smallest_held_out_nll_and_refits():
     net = _trained_net(X, y)
     est = LaplaceClassifier(net, hyperparameter_tuning="cv", random_state=0).fit(X, y)
     # brute force: the LA on the same fit rows, every grid prior through the public predictor
-    fit, held = validation_split(len(y), 0.1, _cv_seed(est), labels=y)
+    fit, held = validation_split(len(y), est.validation_fraction, _cv_seed(est), labels=y)
     part = LaplaceClassifier(net, hyperparameter_tuning=None).fit(X[fit], y[fit])
     scores = []
     for log10 in LOG10_PRIOR_GRID:
@@ -92,7 +92,7 @@ def test_cv_regressor_tunes_sigma_and_prior_on_held_out_rows():
     net = _trained_net(X, y, classifier=False)
     est = LaplaceRegressor(net, hyperparameter_tuning="cv", normalize_y=False,
                            random_state=0).fit(X, y)
-    fit, held = validation_split(len(y), 0.1, _cv_seed(est))
+    fit, held = validation_split(len(y), est.validation_fraction, _cv_seed(est))
     part = LaplaceRegressor(net, hyperparameter_tuning=None, normalize_y=False,
                             prior_precision=est.prior_precision_,
                             sigma_noise=est.sigma_noise_).fit(X[fit], y[fit])

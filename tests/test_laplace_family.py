@@ -124,7 +124,8 @@ def test_nn_sampling_converges_to_glm_for_a_linear_model():
 def test_scalar_tuning_reaches_the_grid_maximum_classification(structure):
     X, y = load_iris(return_X_y=True)
     clf = LaplaceClassifier(hidden_layer_sizes=(6,), max_epochs=60, random_state=0,
-                            subset_of_weights="all", hessian_structure=structure).fit(X, y)
+                            subset_of_weights="all", hessian_structure=structure,
+                            hyperparameter_tuning="evidence").fit(X, y)
     grid = np.logspace(-4, 4, 801)
     values = np.array([clf.log_evidence(prior_precision=d) for d in grid])
     assert clf.log_evidence_ >= values.max() - 1e-8
@@ -172,5 +173,5 @@ def test_tuning_warns_at_the_bound():
         for p in net.module_.parameters():
             p.zero_()
     with pytest.warns(ConvergenceWarning, match="bound"):
-        clf = LaplaceClassifier(FrozenEstimator(net)).fit(X, y)
+        clf = LaplaceClassifier(FrozenEstimator(net), hyperparameter_tuning="evidence").fit(X, y)
     assert clf.prior_precision_ == pytest.approx(1e4)

@@ -30,7 +30,7 @@ def test_grid_search_over_la_parameters_trains_once_per_fold(iris, tmp_path, mon
 
     monkeypatch.setattr(sklaplace.nets, "train_map", counting_train_map)
     search = GridSearchCV(
-        LaplaceClassifier(memory=str(tmp_path), **FAST),
+        LaplaceClassifier(memory=str(tmp_path), hyperparameter_tuning="evidence", **FAST),
         {"hessian_structure": ["full", "diag"], "link_approx": ["probit", "bridge"]},
         cv=2, scoring="neg_log_loss",
     ).fit(X, y)

@@ -430,7 +430,7 @@ def test_tiny_data_tunes_inside_the_bounds(cls, rows, structure):
 def test_prior_precision_at_its_bound_warns():
     # 3 rows and targets of size ~1e8 without normalize_y: the weights must be huge,
     # so the evidence wants a prior precision below 1e-4.
-    est = LaplaceRegressor(normalize_y=False, **FAST)
+    est = LaplaceRegressor(normalize_y=False, hyperparameter_tuning="evidence", **FAST)
     with pytest.warns(ConvergenceWarning, match=r"prior_precision at its bound"):
         est.fit(X_REG[:3], Y_REG[:3] * 1e6)
     assert est.prior_precision_ == pytest.approx(1e-4)
