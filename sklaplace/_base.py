@@ -28,7 +28,8 @@ from sklearn.utils.validation import check_is_fitted, check_memory, validate_dat
 from . import nets
 from .curvature import DEFAULT_MEMORY_BUDGET, compute_posterior, default_lowrank_rank, jacobian_bytes
 from .evidence import Evidence, curvature_scale, maximize_evidence
-from .holdout import LOG10_PRIOR_GRID, validation_split, variance_path
+from .holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_split,
+                      variance_path)
 from .likelihoods import LIKELIHOODS
 from .online import OnlineEvidence
 from .subsets import AllWeights, LastLayer, Subnetwork, named_params
@@ -620,7 +621,7 @@ class BaseLaplace(BaseEstimator):
         return whole, sigma
 
     def _tune_on_held_out(self, evidence, subset, X_val, y_val, y_model):
-        """Scalar δ (and σ) of smallest held-out NLL over the grid; (δ, σ tensor)."""
+        """Scalar δ (and σ) by held-out NLL over the grid (one-SE rule); (δ, σ tensor)."""
         Xv = torch.as_tensor(np.asarray(X_val), dtype=torch.float64)
         yv = torch.as_tensor(np.ascontiguousarray(y_val))
         deltas = 10.0 ** LOG10_PRIOR_GRID
@@ -629,35 +630,37 @@ class BaseLaplace(BaseEstimator):
             variance = variance_path(evidence.posterior, J)
             if not evidence.gaussian:
                 scale = float(evidence.scale(None))
-                scores = [self._held_out_nll(f, variance(d, scale), yv) for d in deltas]
-                best = int(np.argmin(scores))
-                self.validation_nll_ = float(scores[best]) / len(Xv)
-                return float(deltas[best]), None
+                losses = np.array([self._held_out_nll(f, variance(d, scale), yv)
+                                   for d in deltas])
+                chosen = one_standard_error_choice(losses)
+                self.validation_nll_ = float(losses[chosen].mean())
+                return float(deltas[chosen]), None
             # Gaussian: Σ(δ, σ) = c·(H + ρI)⁻¹ with c = 1/s(σ) and ρ = c·δ, so one
             # variance per ρ serves every σ (searched in 1-D per ρ).
             floor = 1e-3 * max(float(np.std(y_model)), 1e-12)
             fits = [self._held_out_gaussian(f, variance(rho, 1.0), yv, evidence, floor)
                     for rho in deltas]
-        best = int(np.argmin([nll for nll, _ in fits]))
-        nll, sigma = fits[best]
-        self.validation_nll_ = nll / len(Xv)
+        chosen = one_standard_error_choice([losses for losses, _ in fits])
+        losses, sigma = fits[chosen]
+        self.validation_nll_ = float(losses.mean())
         sigma_t = torch.tensor(sigma, dtype=torch.float64)
-        return float(deltas[best] * evidence.scale(sigma_t)), sigma_t
+        return float(deltas[chosen] * evidence.scale(sigma_t)), sigma_t
 
     def _held_out_gaussian(self, f, cov, y, evidence, floor):
-        """Smallest held-out Gaussian NLL over σ (bounded 1-D search) for Σ = (H + ρI)⁻¹/s."""
+        """Per-row held-out Gaussian NLL at the best σ (bounded 1-D search) for
+        Σ = (H + ρI)⁻¹/s(σ); returns (losses (n·C,), σ)."""
         r2 = ((y.reshape(f.shape) - f) ** 2).numpy().ravel()
         v = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0).numpy().ravel()
 
-        def nll(log_sigma):
+        def losses(log_sigma):
             sigma = np.exp(log_sigma)
             var = v / float(evidence.scale(torch.tensor(sigma, dtype=torch.float64))) + sigma**2
-            return 0.5 * np.sum(np.log(2 * np.pi * var) + r2 / var)
+            return 0.5 * (np.log(2 * np.pi * var) + r2 / var)
 
         upper = np.log(10 * max(np.sqrt(r2.mean()), floor))
-        result = minimize_scalar(nll, bounds=(np.log(floor), upper), method="bounded",
-                                 options={"xatol": 1e-6})
-        return float(result.fun), float(np.exp(result.x))
+        result = minimize_scalar(lambda t: losses(t).sum(), bounds=(np.log(floor), upper),
+                                 method="bounded", options={"xatol": 1e-6})
+        return losses(result.x), float(np.exp(result.x))
 
     def _online_result(self, y_scale, n_rows):
         """Hyperparameters of the best online update (whole-net form) and the history."""
@@ -794,10 +797,11 @@ PARAMS_DOC = """
         al. (2021) Alg. 1 during training (all weights). ``None``: keep the
         given values (use this in GridSearchCV over ``prior_precision``).
         ``"cv"``: fit the network and the LA on ``1 − validation_fraction`` of
-        the rows, take the scalar δ (and σ) whose predictive has the smallest
-        NLL on the held-out rest (Laplace Redux's "CV" method; log10 δ ∈
-        [−4, 4] in quarter decades), then refit net and LA on all rows with
-        them (as scikit-learn's ``*CV`` estimators with ``refit=True``).
+        the rows, choose the scalar δ (and σ) by the NLL of the predictive on
+        the held-out rest (Laplace Redux's "CV" method; log10 δ ∈ [−4, 4] in
+        quarter decades; the largest δ within one paired standard error of the
+        smallest NLL), then refit net and LA on all rows with them (as
+        scikit-learn's ``*CV`` estimators with ``refit=True``).
     validation_fraction : float, default=0.2
         Share of the rows held out by ``hyperparameter_tuning="cv"``
         (stratified for classification), as in scikit-learn's MLP.

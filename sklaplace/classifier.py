@@ -239,10 +239,10 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return self._logit_dist(mean, cov, self.link_approx).proba()
 
     def _held_out_nll(self, f, cov, y):
-        """Summed negative log predictive probability of the labels ``y`` (encoded)."""
+        """Negative log predictive probability of each label of ``y`` (encoded)."""
         proba = self._proba_from_moments(f, cov)
         picked = proba[np.arange(len(proba)), y.numpy().astype(int)]
-        return float(-np.log(np.maximum(picked, np.finfo(float).tiny)).sum())
+        return -np.log(np.maximum(picked, np.finfo(float).tiny))
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`."""

@@ -8,7 +8,8 @@ from sklearn.metrics import log_loss
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
 from sklaplace.distributions import LogitGaussianPrediction, centered_logit_var, probit_proba
-from sklaplace.holdout import LOG10_PRIOR_GRID, validation_split, variance_path
+from sklaplace.holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_split,
+                               variance_path)
 
 FAST = dict(hidden_layer_sizes=(8,), max_epochs=20, random_state=0)
 
@@ -63,14 +64,16 @@ def test_cv_picks_the_grid_prior_of_smallest_held_out_nll_and_refits():
     # brute force: the LA on the same fit rows, every grid prior through the public predictor
     fit, held = validation_split(len(y), est.validation_fraction, _cv_seed(est), labels=y)
     part = LaplaceClassifier(net, hyperparameter_tuning=None).fit(X[fit], y[fit])
-    scores = []
+    losses = []
     for log10 in LOG10_PRIOR_GRID:
         part._posterior = part._evidence.posterior.set_prior(
             torch.tensor(10.0**log10, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64))
-        scores.append(log_loss(y[held], part.predict_proba(X[held]), labels=[0, 1, 2]))
-    best = 10.0 ** LOG10_PRIOR_GRID[np.argmin(scores)]
+        proba = part.predict_proba(X[held])
+        losses.append(-np.log(proba[np.arange(len(held)), y[held]]))
+    chosen = one_standard_error_choice(losses)
+    best = 10.0 ** LOG10_PRIOR_GRID[chosen]
     assert est.prior_precision_ == pytest.approx(best)
-    assert est.validation_nll_ == pytest.approx(min(scores), rel=1e-9)
+    assert est.validation_nll_ == pytest.approx(np.mean(losses[chosen]), rel=1e-9)
     # the refit: the LA over all rows at the chosen prior
     full = LaplaceClassifier(net, hyperparameter_tuning=None, prior_precision=best).fit(X, y)
     np.testing.assert_allclose(est.predict_proba(X), full.predict_proba(X), rtol=1e-10)
@@ -140,3 +143,17 @@ def test_centered_probit_ignores_a_common_shift_of_the_logits():
     var = centered_logit_var(cov)
     P = np.eye(C) - 1.0 / C
     np.testing.assert_allclose(var, np.diagonal(P @ cov @ P, axis1=1, axis2=2), rtol=1e-12)
+
+
+def test_one_standard_error_rule_prefers_the_larger_prior_among_near_ties():
+    rng = np.random.RandomState(0)
+    base = rng.exponential(size=200)
+    # grid ascending in δ: index 1 is best by a hair, index 2 within noise, index 3 clearly worse
+    noise = 0.01 * rng.randn(200)
+    noise -= noise.mean() - 0.2 * noise.std() / np.sqrt(200)  # worse by 0.2 standard errors
+    losses = np.stack([base + 0.5, base, base + noise, base + 0.2])
+    assert one_standard_error_choice(losses) == 2
+    # a clear winner stays
+    losses = np.stack([base + 0.5, base, base + 0.1, base + 0.2])
+    assert one_standard_error_choice(losses) == 1
+    assert one_standard_error_choice(np.stack([base + 1, base + 2])) == 0
