@@ -15,6 +15,10 @@ Both need the output Hessian in the form of a torch loss with summed reduction
 converted copy (``extend(..., use_converter=True)``, via torch.fx), so the
 subset's module is never touched; every function returns None when BackPACK
 cannot handle the module, and the caller falls back.
+
+Row weights (``weight``): BackPACK's losses have no per-row weights, so the rows
+are grouped by their weight value and each group's sum is multiplied by it
+(zero-weight rows skipped) — exact, one pass per distinct weight.
 """
 
 import copy
@@ -111,7 +115,15 @@ def _chunk_results(prepared, X, extension, chunk):
             delattr(p, extension.savefield)
 
 
-def backpack_diag(subset, likelihood, X, y, out_scale, chunk=4096):
+def _weight_groups(X, weight):
+    """(rows of X, their common weight) per distinct non-zero weight; (X, None) unweighted."""
+    if weight is None:
+        return [(X, None)]
+    values = torch.unique(weight)
+    return [(X[weight == v], float(v)) for v in values if v != 0]
+
+
+def backpack_diag(subset, likelihood, X, y, out_scale, chunk=4096, weight=None):
     """Exact diagonal GGN (P,) of all weights with BackPACK's DiagGGNExact, or None.
 
     ``y`` is unused: the GGN of these likelihoods does not depend on the targets.
@@ -120,20 +132,26 @@ def backpack_diag(subset, likelihood, X, y, out_scale, chunk=4096):
     if prepared is None:
         return None
     h = torch.zeros(subset.n_params, dtype=X.dtype)
-    done = 0
-    for values, rows in _chunk_results(prepared, X, DiagGGNExact(), chunk):
-        h += torch.cat([v.detach().reshape(-1) for v in values])
-        done += rows
-    return prepared[-1] * h if done == X.shape[0] > 0 else None
+    for Xg, w in _weight_groups(X, weight):
+        part = torch.zeros_like(h)
+        done = 0
+        for values, rows in _chunk_results(prepared, Xg, DiagGGNExact(), chunk):
+            part += torch.cat([v.detach().reshape(-1) for v in values])
+            done += rows
+        if not done == Xg.shape[0] > 0:
+            return None
+        h += part if w is None else w * part
+    return prepared[-1] * h
 
 
-def backpack_kron(subset, likelihood, X, y, out_scale, chunk=4096):
+def backpack_kron(subset, likelihood, X, y, out_scale, chunk=4096, weight=None):
     """KFLR Kronecker blocks (slice, [G, A]) per weight and (slice, [G]) per bias, or None.
 
     The blocks are those :class:`~sklaplace.posterior.KronPosterior` takes, for
     parameters of nn.Linear and nn.ConvNd layers only.  G is a sum over rows;
     BackPACK's A is a mean over each chunk's rows, so it is summed with weight
-    ``rows`` and divided by N at the end.  ``y`` is unused.
+    ``rows`` and divided by N at the end (weighted: G and A of each weight group
+    times its weight, A divided by Σ w).  ``y`` is unused.
     """
     prepared = _prepare(subset, likelihood, out_scale)
     if prepared is None:
@@ -144,19 +162,26 @@ def backpack_kron(subset, likelihood, X, y, out_scale, chunk=4096):
     if any(not isinstance(m, _KRON_LAYERS) or kind not in ("weight", "bias")
            for m, kind in zip(owners, kinds)):
         return None
-    factors, done = None, 0
-    for values, rows in _chunk_results(prepared, X, KFLR(), chunk):
-        new = [[v[0].detach(), rows * v[1].detach()] if kind == "weight" else [v[0].detach()]
-               for kind, v in zip(kinds, values)]
-        factors = new if factors is None else [
-            [a + b for a, b in zip(old, add)] for old, add in zip(factors, new)]
-        done += rows
-    if factors is None or done != X.shape[0]:
+    factors = None
+    for Xg, w in _weight_groups(X, weight):
+        done = 0
+        for values, rows in _chunk_results(prepared, Xg, KFLR(), chunk):
+            new = [[v[0].detach(), rows * v[1].detach()] if kind == "weight" else [v[0].detach()]
+                   for kind, v in zip(kinds, values)]
+            if w is not None:
+                new = [[w * M for M in fs] for fs in new]
+            factors = new if factors is None else [
+                [a + b for a, b in zip(old, add)] for old, add in zip(factors, new)]
+            done += rows
+        if done != Xg.shape[0]:
+            return None
+    if factors is None:
         return None
+    n_total = X.shape[0] if weight is None else float(weight.sum())
     blocks, start = [], 0
     for kind, fs, shape in zip(kinds, factors, subset.shapes):
         size = int(torch.Size(shape).numel())
-        fs = [c * fs[0], fs[1] / X.shape[0]] if kind == "weight" else [c * fs[0]]
+        fs = [c * fs[0], fs[1] / n_total] if kind == "weight" else [c * fs[0]]
         if [M.shape[0] for M in fs] != [shape[0]] + ([size // shape[0]] if kind == "weight" else []):
             return None
         blocks.append((slice(start, start + size), fs))

@@ -153,8 +153,42 @@ def expand_prior(prior, sizes):
     )
 
 
-def _build_posterior(structure, subset, likelihood, X, y, curvature, rank, out_scale):
-    return compute_posterior(structure, subset, likelihood, X, y, out_scale, curvature, rank)
+def _build_posterior(structure, subset, likelihood, X, y, curvature, rank, out_scale,
+                     weight=None):
+    return compute_posterior(structure, subset, likelihood, X, y, out_scale, curvature, rank,
+                             weight=weight)
+
+
+def check_fit_weight(sample_weight, X):
+    """``sample_weight`` validated by scikit-learn (length, finite, non-negative) as
+    float64, with a positive sum; None stays None (the unweighted fit)."""
+    if sample_weight is None:
+        return None
+    from sklearn.utils.validation import _check_sample_weight
+
+    sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64,
+                                         ensure_non_negative=True,
+                                         allow_all_zero_weights=True)
+    if not sample_weight.sum() > 0:
+        raise ValueError(
+            "sample_weight must contain at least one non-zero weight (its sum must be positive).")
+    return sample_weight
+
+
+def weighted_spread(values, weight=None, axis=None):
+    """``np.std(values, axis)``, or the std under row weights (the rows' duplication)."""
+    values = np.asarray(values)
+    if weight is None:
+        return np.std(values, axis=axis)
+    w = np.asarray(weight, dtype=float)
+    if axis is None:
+        w = np.broadcast_to(w.reshape(len(w), *[1] * (values.ndim - 1)), values.shape).ravel()
+        values = values.ravel()
+    else:
+        w = w.reshape(len(w), *[1] * (values.ndim - 1))
+    mean = np.sum(w * values, axis=axis) / np.sum(w, axis=axis)
+    centered = values - (mean if axis is None else np.expand_dims(mean, axis))
+    return np.sqrt(np.sum(w * centered**2, axis=axis) / np.sum(w, axis=axis))
 
 
 def full_structure_seconds(n_rows, n_out, n_params):
@@ -323,12 +357,14 @@ class BaseLaplace(BaseEstimator):
         return _tensor_sizes(module)
 
     # ------------------------------------------------------------ fit
-    def _fit(self, X, y_model, likelihood_default, n_outputs, y_scale):
+    def _fit(self, X, y_model, likelihood_default, n_outputs, y_scale, sample_weight=None):
         """Train (or take) the net, fit the LA and tune; ``y_model`` is in model units.
 
         With ``hyperparameter_tuning="cv"`` this runs twice, as scikit-learn's
         ``*CV`` estimators with ``refit=True``: on ``1 − validation_fraction`` of
         the rows to choose δ (and σ) by held-out NLL, then on all rows with them.
+        ``sample_weight`` (validated, or None) multiplies each row's log-likelihood
+        in training, curvature, evidence and the held-out NLL (split with the rows).
         """
         self._validate_params()
         rng = check_seed("random_state", self.random_state)
@@ -354,28 +390,38 @@ class BaseLaplace(BaseEstimator):
             fit_rows, held_out = validation_split(
                 len(X), self.validation_fraction, int(rng.randint(0, 2**31 - 1)),
                 labels=y_model if self._likelihood_kinds != ("gaussian",) else None)
-            self._train(net, frozen, X[fit_rows], y_model[fit_rows], sizes, sigma0, train_seed)
+            w_fit, w_val = ((None, None) if sample_weight is None
+                            else (sample_weight[fit_rows], sample_weight[held_out]))
+            if w_fit is not None and not (w_fit.sum() > 0 and w_val.sum() > 0):
+                raise ValueError(
+                    "hyperparameter_tuning='cv': the sample_weight of the fitted or of the "
+                    "held-out rows sums to zero; use another hyperparameter_tuning or weights.")
+            self._train(net, frozen, X[fit_rows], y_model[fit_rows], sizes, sigma0, train_seed,
+                        w_fit)
             self._fit_laplace(X[fit_rows], y_model[fit_rows], sigma0, y_scale,
-                              validation=(X[held_out], y_model[held_out]))
+                              validation=(X[held_out], y_model[held_out], w_val),
+                              sample_weight=w_fit)
             chosen = self.prior_precision_, self._sigma_fit
             self._log(f"refit on all {len(X)} rows with the held-out choice")
-        self._train(net, frozen, X, y_model, sizes, sigma0, train_seed)
-        self._fit_laplace(X, y_model, sigma0, y_scale, chosen=chosen)
+        self._train(net, frozen, X, y_model, sizes, sigma0, train_seed, sample_weight)
+        self._fit_laplace(X, y_model, sigma0, y_scale, chosen=chosen, sample_weight=sample_weight)
         return self
 
-    def _train(self, net, frozen, X, y_model, sizes, sigma0, seed):
+    def _train(self, net, frozen, X, y_model, sizes, sigma0, seed, sample_weight=None):
         """``net_``: the frozen net, or a copy of ``net`` trained to the MAP on (X, y)."""
         if frozen is not None:
             self.net_ = frozen
             return
         online = self.hyperparameter_tuning_ == "online"
         train = check_memory(self.memory).cache(nets.train_map)
+        weighted = {} if sample_weight is None else {"sample_weight": sample_weight}
         self.net_ = train(
             clone(net), X, self._y_for_training(y_model, self._likelihood_name),
             likelihood=self._likelihood_name, temperature=self.temperature,
             sigma_noise=np.asarray(sigma0, dtype=float),
             prior_precision=self._training_prior(sizes), seed=seed,
-            callbacks=self._online_callbacks(sizes, y_model) if online else (),
+            callbacks=self._online_callbacks(sizes, y_model, sample_weight) if online else (),
+            **weighted,
         )
         self.net_.module_.eval()  # inference mode from here on, as skorch's predict leaves it
 
@@ -390,7 +436,7 @@ class BaseLaplace(BaseEstimator):
             return y_model.astype(np.float32)
         return y_model.reshape(y_model.shape[0], -1)
 
-    def _online_callbacks(self, sizes, y_model):
+    def _online_callbacks(self, sizes, y_model, sample_weight=None):
         structure = self.hessian_structure
         if structure == "auto":
             cheap = full_structure_seconds(len(y_model), self._n_model_outputs,
@@ -402,7 +448,8 @@ class BaseLaplace(BaseEstimator):
             prior_structure=self.prior_structure, frequency=self.online_frequency,
             burn_in=self.online_burn_in, n_steps=self.online_steps, lr=self.online_lr,
             temperature=self.temperature, lowrank_rank=self.lowrank_rank,
-            sigma_floor=1e-3 * float(np.std(y_model)) if gaussian else 0.0,
+            sigma_floor=1e-3 * float(weighted_spread(y_model, sample_weight)) if gaussian else 0.0,
+            sample_weight=sample_weight,
         )]
 
     # ------------------------------------------------------------ the LA
@@ -414,7 +461,7 @@ class BaseLaplace(BaseEstimator):
         """
         return copy.deepcopy(self.net_.module_).to("cpu", torch.float64).eval()
 
-    def _resolve_subset(self, module, X, y, out_scale, n_out):
+    def _resolve_subset(self, module, X, y, out_scale, n_out, weight=None):
         kind, structure = self.subset_of_weights, self.hessian_structure
         if kind == "auto":
             n_all = sum(_tensor_sizes(module))
@@ -430,13 +477,13 @@ class BaseLaplace(BaseEstimator):
         elif kind == "last_layer":
             subset = LastLayer(self.net_.module_, X[:2])
         else:
-            subset = Subnetwork(module, self._subnetwork_indices(module, X, y, out_scale))
+            subset = Subnetwork(module, self._subnetwork_indices(module, X, y, out_scale, weight))
         if structure == "auto":
             small = kind != "last_layer" or subset.n_params <= AUTO_LAST_LAYER_FULL_MAX
             structure = "full" if small else "kron"
         return subset, kind, structure
 
-    def _subnetwork_indices(self, module, X, y, out_scale):
+    def _subnetwork_indices(self, module, X, y, out_scale, weight=None):
         """Indices of the S weights of largest marginal variance under a diagonal LA."""
         spec = self.subnetwork
         if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
@@ -447,7 +494,7 @@ class BaseLaplace(BaseEstimator):
                     f"({everything.n_params})."
                 )
             diag = compute_posterior("diag", everything, self._likelihood(), X, y, out_scale,
-                                     self.curvature)
+                                     self.curvature, weight=weight)
             delta = self._subset_prior(everything, self.prior_precision)
             sigma = torch.as_tensor(self._initial_sigma(out_scale.numel()), dtype=torch.float64)
             var = diag.set_prior(delta, self._curvature_scale(sigma)).marginal_variance()
@@ -479,10 +526,15 @@ class BaseLaplace(BaseEstimator):
             return torch.tensor(float(arr), dtype=torch.float64)
         return torch.as_tensor(expand_prior(arr, _tensor_sizes(subset.module))[subset.whole_index])
 
-    def _fit_laplace(self, X, y_model, sigma0, y_scale, validation=None, chosen=None):
+    def _fit_laplace(self, X, y_model, sigma0, y_scale, validation=None, chosen=None,
+                     sample_weight=None):
         module = self._la_module()
         Xt = torch.tensor(np.asarray(X), dtype=torch.float64)
         yt = torch.as_tensor(np.ascontiguousarray(y_model))
+        wt = None if sample_weight is None else torch.as_tensor(sample_weight,
+                                                                 dtype=torch.float64)
+        # Rows in the evidence's normalizer: N, or Σ w (integer weights = duplicated rows).
+        n_rows = len(Xt) if wt is None else float(wt.sum())
         likelihood = self._likelihood()
         with torch.no_grad():
             n_out = module(Xt[:1]).reshape(1, -1).shape[1]
@@ -490,7 +542,7 @@ class BaseLaplace(BaseEstimator):
         sigma_init = torch.as_tensor(np.asarray(sigma0, dtype=float), dtype=torch.float64)
         vector_sigma = self._likelihood_name == "gaussian" and sigma_init.dim() > 0
         out_scale = 1.0 / sigma_init if vector_sigma else torch.ones(n_out, dtype=torch.float64)
-        subset, kind, structure = self._resolve_subset(module, Xt, yt, out_scale, n_out)
+        subset, kind, structure = self._resolve_subset(module, Xt, yt, out_scale, n_out, wt)
         if structure == "kron" and (self.prior_structure == "diag" or not self._prior_per_tensor()):
             raise ValueError(
                 "hessian_structure='kron' needs one prior precision per weight or bias tensor: "
@@ -514,7 +566,7 @@ class BaseLaplace(BaseEstimator):
                 "curvature would be too; check the trained net (lr, feature scaling)."
             )
         build = functools.partial(_build_posterior, structure, subset, likelihood, Xt, yt,
-                                  self.curvature, rank)
+                                  self.curvature, rank, weight=wt)
         theta = subset.theta.detach()
         self._log(f"Laplace approximation: {kind} weights ({subset.n_params}), {structure} "
                   f"{self.curvature.upper()} on {len(Xt)} rows ...")
@@ -522,12 +574,14 @@ class BaseLaplace(BaseEstimator):
         posterior = build(out_scale)
         self._log(f"curvature and decomposition done in {time.perf_counter() - start:.2f} s")
         if self._likelihood_name == "gaussian":
-            sse = ((yt.reshape(f.shape) - f) ** 2).sum(0)
-            evidence = Evidence(posterior, theta, self.temperature, len(Xt), sse=sse,
+            sq = (yt.reshape(f.shape) - f) ** 2
+            sse = (sq if wt is None else sq * wt[:, None]).sum(0)
+            evidence = Evidence(posterior, theta, self.temperature, n_rows, sse=sse,
                                 curvature=self.curvature, rebuild=build if vector_sigma else None)
         else:
-            nll = likelihood.nll(f, yt).sum().item()
-            evidence = Evidence(posterior, theta, self.temperature, len(Xt), nll=nll,
+            row_nll = likelihood.nll(f, yt)
+            nll = (row_nll if wt is None else row_nll * wt).sum().item()
+            evidence = Evidence(posterior, theta, self.temperature, n_rows, nll=nll,
                                 curvature=self.curvature)
 
         prior, sigma = self.prior_precision, sigma_init
@@ -538,12 +592,13 @@ class BaseLaplace(BaseEstimator):
                 raise ValueError(
                     "hyperparameter_tuning='cv' tunes one sigma_noise for all outputs; give a "
                     "scalar sigma_noise.")
-            prior, sigma = self._tune_on_held_out(evidence, subset, *validation, y_model)
+            prior, sigma = self._tune_on_held_out(evidence, subset, *validation, y_model,
+                                                  sample_weight)
             sigma = sigma_init if sigma is None else sigma
         elif self.hyperparameter_tuning_ == "evidence":
-            prior, sigma = self._tune(evidence, subset, sigma_init, y_model)
+            prior, sigma = self._tune(evidence, subset, sigma_init, y_model, sample_weight)
         elif self.hyperparameter_tuning_ == "online":
-            prior, sigma = self._online_result(y_scale, len(Xt))
+            prior, sigma = self._online_result(y_scale, n_rows)
             if not self.evidence_history_:
                 warnings.warn(
                     "hyperparameter_tuning='online' made no update: training ran "
@@ -553,7 +608,7 @@ class BaseLaplace(BaseEstimator):
                     "or lower online_frequency / online_burn_in.",
                     UserWarning,
                 )
-                prior, sigma = self._tune(evidence, subset, sigma_init, y_model)
+                prior, sigma = self._tune(evidence, subset, sigma_init, y_model, sample_weight)
         arr = np.asarray(prior, dtype=float)
         self.prior_precision_ = float(arr) if arr.ndim == 0 else arr
         self._log(f"prior_precision_ = {np.array2string(arr, precision=4)}")
@@ -565,7 +620,7 @@ class BaseLaplace(BaseEstimator):
         self._posterior = evidence.posterior.set_prior(delta, self._curvature_scale(sigma))
         with torch.no_grad():
             log_ev = float(evidence(delta, sigma))
-        self.log_evidence_ = log_ev + self._evidence_offset(y_scale, len(Xt))
+        self.log_evidence_ = log_ev + self._evidence_offset(y_scale, n_rows)
         self._set_sigma_attr(sigma, y_scale)
 
     def _check_time(self, structure, n_rows, n_out, n_params):
@@ -586,7 +641,7 @@ class BaseLaplace(BaseEstimator):
         if self.verbose:
             print(f"[{type(self).__name__}] {message}", flush=True)
 
-    def _tune(self, evidence, subset, sigma, y_model):
+    def _tune(self, evidence, subset, sigma, y_model, sample_weight=None):
         """Bounded maximisation of the evidence; returns (whole-net prior, σ tensor)."""
         start = self._subset_prior(subset, self.prior_precision).expand(subset.n_params)
         if self.prior_structure == "scalar":
@@ -604,7 +659,8 @@ class BaseLaplace(BaseEstimator):
         log_sigma0 = floor = None
         if evidence.gaussian:
             log_sigma0 = np.log(sigma.numpy())
-            spread = np.std(np.asarray(y_model).reshape(len(y_model), -1), axis=0)
+            spread = weighted_spread(np.asarray(y_model).reshape(len(y_model), -1),
+                                     sample_weight, axis=0)
             floor = 1e-3 * np.maximum(spread, 1e-12)
             floor = floor.mean() if sigma.dim() == 0 else floor
         log_delta, log_sigma = maximize_evidence(evidence, log0, expand, log_sigma0, floor)
@@ -620,8 +676,11 @@ class BaseLaplace(BaseEstimator):
             return whole[np.cumsum([0, *sizes[:-1]])], sigma
         return whole, sigma
 
-    def _tune_on_held_out(self, evidence, subset, X_val, y_val, y_model):
-        """Scalar δ (and σ) by held-out NLL over the grid (one-SE rule); (δ, σ tensor)."""
+    def _tune_on_held_out(self, evidence, subset, X_val, y_val, w_val, y_model, w_fit=None):
+        """Scalar δ (and σ) by held-out NLL over the grid (one-SE rule); (δ, σ tensor).
+
+        With row weights the held-out NLL and its standard error are those of the
+        rows duplicated by their weights (weighted means, Σ w rows)."""
         Xv = torch.as_tensor(np.asarray(X_val), dtype=torch.float64)
         yv = torch.as_tensor(np.ascontiguousarray(y_val))
         deltas = 10.0 ** LOG10_PRIOR_GRID
@@ -632,21 +691,22 @@ class BaseLaplace(BaseEstimator):
                 scale = float(evidence.scale(None))
                 losses = np.array([self._held_out_nll(f, variance(d, scale), yv)
                                    for d in deltas])
-                chosen = one_standard_error_choice(losses)
-                self.validation_nll_ = float(losses[chosen].mean())
+                chosen = one_standard_error_choice(losses, w_val)
+                self.validation_nll_ = float(np.average(losses[chosen], weights=w_val))
                 return float(deltas[chosen]), None
             # Gaussian: Σ(δ, σ) = c·(H + ρI)⁻¹ with c = 1/s(σ) and ρ = c·δ, so one
             # variance per ρ serves every σ (searched in 1-D per ρ).
-            floor = 1e-3 * max(float(np.std(y_model)), 1e-12)
-            fits = [self._held_out_gaussian(f, variance(rho, 1.0), yv, evidence, floor)
+            floor = 1e-3 * max(float(weighted_spread(y_model, w_fit)), 1e-12)
+            w_cells = None if w_val is None else np.repeat(w_val, f.shape[1])
+            fits = [self._held_out_gaussian(f, variance(rho, 1.0), yv, evidence, floor, w_cells)
                     for rho in deltas]
-        chosen = one_standard_error_choice([losses for losses, _ in fits])
+        chosen = one_standard_error_choice([losses for losses, _ in fits], w_cells)
         losses, sigma = fits[chosen]
-        self.validation_nll_ = float(losses.mean())
+        self.validation_nll_ = float(np.average(losses, weights=w_cells))
         sigma_t = torch.tensor(sigma, dtype=torch.float64)
         return float(deltas[chosen] * evidence.scale(sigma_t)), sigma_t
 
-    def _held_out_gaussian(self, f, cov, y, evidence, floor):
+    def _held_out_gaussian(self, f, cov, y, evidence, floor, weight=None):
         """Per-row held-out Gaussian NLL at the best σ (bounded 1-D search) for
         Σ = (H + ρI)⁻¹/s(σ); returns (losses (n·C,), σ)."""
         r2 = ((y.reshape(f.shape) - f) ** 2).numpy().ravel()
@@ -657,8 +717,9 @@ class BaseLaplace(BaseEstimator):
             var = v / float(evidence.scale(torch.tensor(sigma, dtype=torch.float64))) + sigma**2
             return 0.5 * (np.log(2 * np.pi * var) + r2 / var)
 
-        upper = np.log(10 * max(np.sqrt(r2.mean()), floor))
-        result = minimize_scalar(lambda t: losses(t).sum(), bounds=(np.log(floor), upper),
+        upper = np.log(10 * max(np.sqrt(np.average(r2, weights=weight)), floor))
+        total = (lambda t: losses(t).sum()) if weight is None else (lambda t: losses(t) @ weight)
+        result = minimize_scalar(total, bounds=(np.log(floor), upper),
                                  method="bounded", options={"xatol": 1e-6})
         return losses(result.x), float(np.exp(result.x))
 

@@ -7,7 +7,8 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import ONLINE_DOC, PARAMS_DOC, BaseLaplace, check_choice, validate_numeric
+from ._base import (ONLINE_DOC, PARAMS_DOC, BaseLaplace, check_choice, check_fit_weight,
+                    validate_numeric)
 from .distributions import (LogitGaussianPrediction, binary_probit_proba, centered_logit_var,
                             probit_proba)
 
@@ -108,7 +109,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         self.random_state = random_state
         self.verbose = verbose
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
 
         Parameters
@@ -116,6 +117,13 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
             Class labels of any type.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative row weights w_i multiplying each row's log-likelihood
+            everywhere: the MAP objective (Σ w_i·nll_i / T + δ/2·‖θ‖², i.e. N
+            replaced by Σ w_i), the curvature (each row's GGN or empirical-Fisher
+            term times w_i, all structures), the evidence and the held-out NLL of
+            ``"cv"`` (the weights are split with the rows). Integer weights equal
+            duplicating the rows. ``None``: all rows weigh 1 (the unweighted fit).
 
         Returns
         -------
@@ -123,6 +131,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         """
         check_choice("link_approx", self.link_approx)
         X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32])
+        sample_weight = check_fit_weight(sample_weight, X)
         check_classification_targets(y)
         encoder = LabelEncoder().fit(y)
         self.classes_ = encoder.classes_
@@ -134,7 +143,8 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         single_logit = len(self.classes_) == 2 and self.net is None
         self._n_model_outputs = 1 if single_logit else len(self.classes_)
         default = "bernoulli" if single_logit else "categorical"
-        return self._fit(X, encoder.transform(y), default, self._n_model_outputs, None)
+        return self._fit(X, encoder.transform(y), default, self._n_model_outputs, None,
+                         sample_weight)
 
     def _default_tuning(self):
         # The post-hoc LA of a net trained at another δ is often broader than the

@@ -14,6 +14,13 @@ posterior structures as the factor s = 1/σ² (GGN) or 1/σ⁴ (EF), times 1/T.
 Notation: for row n, S_n is a square root of Λ_n (C × K) and J_n the C × P
 Jacobian; the GGN is Σ_n J_nᵀ S_n S_nᵀ J_n, the empirical Fisher Σ_n g_n g_nᵀ
 with g_n = J_nᵀ r_n the per-row gradient of the negative log-likelihood.
+
+Row weights (``sample_weight``, ``weight`` here: a (N,) tensor or None) multiply
+row n's log-likelihood, hence its curvature: every routine scales the row
+factors F_n by √w_n where they are formed (and weights the Kronecker input
+factors A, which are then divided by Σ_n w_n instead of N), so integer weights
+give exactly the curvature of duplicated rows.  ``weight=None`` is the
+unweighted computation, unchanged.
 """
 
 import torch
@@ -36,11 +43,24 @@ def _chunk_rows(n_out, n_params, budget=2**27, max_rows=4096):
     return max(1, min(max_rows, int(budget // (8 * max(1, n_out) * max(1, n_params)))))
 
 
-def _row_factors(likelihood, f, y, out_scale, curvature):
-    """Per-row factors F_n (n, C, K) with H = Σ_n J_nᵀ F_n F_nᵀ J_n."""
+def _row_factors(likelihood, f, y, out_scale, curvature, weight=None):
+    """Per-row factors F_n (n, C, K) with H = Σ_n J_nᵀ F_n F_nᵀ J_n (times √w_n if weighted)."""
     if curvature == "ggn":
-        return likelihood.sqrt_hessian(f) * out_scale[None, :, None]
-    return (likelihood.residual(f, y) * out_scale**2).unsqueeze(-1)
+        F = likelihood.sqrt_hessian(f) * out_scale[None, :, None]
+    else:
+        F = (likelihood.residual(f, y) * out_scale**2).unsqueeze(-1)
+    if weight is not None:
+        F = F * weight.to(F.dtype).sqrt()[:, None, None]
+    return F
+
+
+def _rows(weight, sl):
+    return None if weight is None else weight[sl]
+
+
+def total_weight(X, weight):
+    """N, or Σ_n w_n for row weights: the row count the Kronecker input factors divide by."""
+    return X.shape[0] if weight is None else float(weight.sum())
 
 
 def noise_power(curvature):
@@ -61,17 +81,18 @@ def check_memory(n_bytes, what, budget, alternatives):
         )
 
 
-def _gram_rows(subset, likelihood, X, y, out_scale, curvature):
+def _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight=None):
     """Yield (n_rows, P, K) blocks J_nᵀ F_n over row chunks."""
     size = _chunk_rows(out_scale.numel(), subset.n_params)
     for sl in _chunks(X.shape[0], size):
         f, J = subset.jacobians(X[sl])
-        F = _row_factors(likelihood, f, y[sl], out_scale, curvature)
+        F = _row_factors(likelihood, f, y[sl], out_scale, curvature, _rows(weight, sl))
         yield torch.einsum("ncp,nck->npk", J, F)
 
 
 def full_curvature(
-    subset, likelihood, X, y, out_scale, curvature="ggn", rank=None, budget=DEFAULT_MEMORY_BUDGET
+    subset, likelihood, X, y, out_scale, curvature="ggn", rank=None, budget=DEFAULT_MEMORY_BUDGET,
+    weight=None,
 ):
     """Full (``rank=None``) or low-rank posterior structure."""
     P, n = subset.n_params, X.shape[0]
@@ -82,25 +103,25 @@ def full_curvature(
         check_memory(8 * P * n * K * 2, f"The {structure} curvature factor", budget,
                      "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
         U = torch.cat([JF.reshape(JF.shape[0], P, -1).permute(1, 0, 2).reshape(P, -1)
-                       for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature)], 1)
+                       for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight)], 1)
         return EigenPosterior.from_factor(U, rank=rank, structure=structure)
     check_memory(8 * P * P * 2, f"The {structure} curvature matrix", budget,
                  "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
     H = torch.zeros(P, P, dtype=X.dtype)
-    for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature):
+    for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight):
         H += torch.einsum("npk,nqk->pq", JF, JF)
     return EigenPosterior.from_matrix(H, rank=rank, structure=structure)
 
 
 def _preactivation_factors(subset, layers, likelihood, X, y, out_scale, curvature,
-                           chunk=4096):
+                           chunk=4096, weight=None):
     """Backpropagate the row factors F_n to the pre-activations of ``layers``.
 
     Per row chunk yields (inputs, factors, single_pass): the input a of every layer
     and, for every column k of F_n, B_k = ∂(Σ_n f_n·F_nk)/∂s (rows are independent,
     so row n of B_k is row n's own factor) — the backward pass of BackPACK's KFLR.
     ``single_pass`` is False when a layer ran more than once or saw other than one
-    input row per data row.
+    input row per data row.  With ``weight`` the factors carry √w_n (the inputs do not).
     """
     for sl in _chunks(X.shape[0], chunk):
         inputs, eps, calls = {}, {}, [0] * len(layers)
@@ -118,7 +139,8 @@ def _preactivation_factors(subset, layers, likelihood, X, y, out_scale, curvatur
         try:
             with torch.enable_grad():
                 f = subset.module(X[sl]).reshape(sl.stop - sl.start, -1)
-                F = _row_factors(likelihood, f.detach(), y[sl], out_scale, curvature)
+                F = _row_factors(likelihood, f.detach(), y[sl], out_scale, curvature,
+                                 _rows(weight, sl))
                 targets = [eps[i] for i in range(len(layers))]
                 factors = [
                     torch.autograd.grad((f * F[:, :, k]).sum(), targets,
@@ -130,10 +152,10 @@ def _preactivation_factors(subset, layers, likelihood, X, y, out_scale, curvatur
                 handle.remove()
         a = [inputs[i] for i in range(len(layers))]
         single_pass = all(c == 1 for c in calls) and all(x.dim() == 2 for x in a)
-        yield a, factors, single_pass
+        yield a, factors, single_pass, sl
 
 
-def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096):
+def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096, weight=None):
     """Exact diagonal GGN / EF of a net whose weights all sit in nn.Linear layers.
 
     The gradient of a weight block for row n and factor column k is B_nk a_nᵀ, so
@@ -146,8 +168,9 @@ def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096):
     except ValueError:
         return None
     h = torch.zeros(subset.n_params, dtype=X.dtype)
-    for a, factors, single_pass in _preactivation_factors(subset, layers, likelihood, X, y,
-                                                           out_scale, curvature, chunk):
+    for a, factors, single_pass, _ in _preactivation_factors(subset, layers, likelihood, X, y,
+                                                              out_scale, curvature, chunk,
+                                                              weight):
         if not single_pass:
             return None
         for grads in factors:
@@ -159,23 +182,23 @@ def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096):
     return h
 
 
-def diag_curvature(subset, likelihood, X, y, out_scale, curvature="ggn"):
+def diag_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", weight=None):
     """Exact diagonal: nn.Linear nets by our pass, other GGNs by BackPACK, else Jacobians."""
     if subset.kind == "all":
-        h = _linear_diag(subset, likelihood, X, y, out_scale, curvature)
+        h = _linear_diag(subset, likelihood, X, y, out_scale, curvature, weight=weight)
         if h is None and curvature == "ggn":
             from ._backpack import backpack_diag
 
-            h = backpack_diag(subset, likelihood, X, y, out_scale)
+            h = backpack_diag(subset, likelihood, X, y, out_scale, weight=weight)
         if h is not None:
             return DiagPosterior(h)
     h = torch.zeros(subset.n_params, dtype=X.dtype)
-    for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature):
+    for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight):
         h += (JF**2).sum((0, 2))
     return DiagPosterior(h)
 
 
-def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn"):
+def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", weight=None):
     """Kronecker factors per nn.Linear layer: KFLR-style exact GGN factors or EF.
 
     Nets with other parameterized layers take BackPACK's KFLR (GGN only).
@@ -183,9 +206,10 @@ def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn"):
     For layer l with inputs a_n and B_n = ∂f_n/∂s_lᵀ F_n (s_l the pre-activation),
     the weight block Σ_n (B_n B_nᵀ) ⊗ (a_n a_nᵀ) is approximated by
     (Σ_n B_n B_nᵀ) ⊗ (Σ_n a_n a_nᵀ) / N; the bias block Σ_n B_n B_nᵀ is exact.
+    With row weights: (Σ_n w_n B_n B_nᵀ) ⊗ (Σ_n w_n a_n a_nᵀ) / Σ_n w_n.
     """
     if subset.kind == "last_layer":
-        return _last_layer_kron(subset, likelihood, X, y, out_scale, curvature)
+        return _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, weight=weight)
     try:
         layers = subset.linear_layers()
     except ValueError as error:
@@ -193,7 +217,7 @@ def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn"):
         if curvature == "ggn":
             from ._backpack import backpack_kron
 
-            blocks = backpack_kron(subset, likelihood, X, y, out_scale)
+            blocks = backpack_kron(subset, likelihood, X, y, out_scale, weight=weight)
         if blocks is None:
             raise ValueError(
                 f"{error} Other nets go through BackPACK's KFLR, which needs "
@@ -205,52 +229,68 @@ def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn"):
         return KronPosterior(blocks, subset.n_params)
     G = [0.0] * len(layers)
     A = [0.0] * len(layers)
-    for a, factors, _ in _preactivation_factors(subset, layers, likelihood, X, y, out_scale,
-                                                 curvature):
+    for a, factors, _, sl in _preactivation_factors(subset, layers, likelihood, X, y, out_scale,
+                                                     curvature, weight=weight):
         for grads in factors:
             for i, B in enumerate(grads):
                 B = B.reshape(-1, B.shape[-1])
                 G[i] = G[i] + B.T @ B
         for i, a_i in enumerate(a):
-            a_i = a_i.reshape(-1, a_i.shape[-1])
-            A[i] = A[i] + a_i.T @ a_i
+            if weight is None:
+                a_i = a_i.reshape(-1, a_i.shape[-1])
+                A[i] = A[i] + a_i.T @ a_i
+                continue
+            w_sl = weight[sl].to(a_i.dtype)
+            if a_i.shape[0] != w_sl.shape[0]:
+                raise ValueError(
+                    "sample_weight with hessian_structure='kron' needs every nn.Linear layer to "
+                    "see its data rows in the batch dimension; use another hessian_structure.")
+            wa = (a_i * w_sl.reshape(-1, *[1] * (a_i.dim() - 1))).reshape(-1, a_i.shape[-1])
+            A[i] = A[i] + wa.T @ a_i.reshape(-1, a_i.shape[-1])
     blocks = []
+    n_total = total_weight(X, weight)
     for i, (_, w, b) in enumerate(layers):
-        blocks.append((w, [G[i], A[i] / X.shape[0]]))
+        blocks.append((w, [G[i], A[i] / n_total]))
         if b is not None:
             blocks.append((b, [G[i]]))
     return KronPosterior(blocks, subset.n_params)
 
 
-def _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk=4096):
-    """Last layer f = Wφ + b: B_n = F_n exactly, so G = Σ F_n F_nᵀ and A = Σ φφᵀ / N."""
+def _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk=4096, weight=None):
+    """Last layer f = Wφ + b: B_n = F_n exactly, so G = Σ F_n F_nᵀ and A = Σ φφᵀ / N
+    (weighted: A = Σ w_n φφᵀ / Σ w_n)."""
     C, H = subset.n_out, subset.n_features
     G = torch.zeros(C, C, dtype=X.dtype)
     A = torch.zeros(H, H, dtype=X.dtype)
     for sl in _chunks(X.shape[0], chunk):
         phi = subset.features(X[sl])
         F = _row_factors(likelihood, subset.forward(X[sl], features=phi), y[sl], out_scale,
-                         curvature)
+                         curvature, _rows(weight, sl))
         G += torch.einsum("nck,ndk->cd", F, F)
-        A += phi.T @ phi
-    blocks = [(slice(0, C * H), [G, A / X.shape[0]])]
+        if weight is None:
+            A += phi.T @ phi
+        else:
+            A += (phi * weight[sl].to(phi.dtype)[:, None]).T @ phi
+    blocks = [(slice(0, C * H), [G, A / total_weight(X, weight)])]
     if subset.has_bias:
         blocks.append((slice(C * H, C * H + C), [G]))
     return KronPosterior(blocks, subset.n_params)
 
 
 def compute_posterior(structure, subset, likelihood, X, y, out_scale, curvature="ggn",
-                      rank=None, budget=DEFAULT_MEMORY_BUDGET):
-    """Dispatch to the structure's curvature routine."""
+                      rank=None, budget=DEFAULT_MEMORY_BUDGET, weight=None):
+    """Dispatch to the structure's curvature routine; ``weight``: (N,) row weights or None."""
     with torch.no_grad():
         if structure == "diag":
-            return diag_curvature(subset, likelihood, X, y, out_scale, curvature)
+            return diag_curvature(subset, likelihood, X, y, out_scale, curvature, weight)
         if structure == "full":
-            return full_curvature(subset, likelihood, X, y, out_scale, curvature, None, budget)
+            return full_curvature(subset, likelihood, X, y, out_scale, curvature, None, budget,
+                                  weight)
         if structure == "lowrank":
-            return full_curvature(subset, likelihood, X, y, out_scale, curvature, rank, budget)
+            return full_curvature(subset, likelihood, X, y, out_scale, curvature, rank, budget,
+                                  weight)
     if structure == "kron":
-        return kron_curvature(subset, likelihood, X, y, out_scale, curvature)
+        return kron_curvature(subset, likelihood, X, y, out_scale, curvature, weight)
     raise ValueError(f"Unknown hessian_structure {structure!r}.")
 
 

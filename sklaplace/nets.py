@@ -9,6 +9,16 @@ net's criterion: ``CrossEntropyLoss`` → categorical, ``BCEWithLogitsLoss`` →
 Bernoulli with one logit, ``MSELoss`` → Gaussian with the noise ``sigma_noise``.
 The criterion is replaced by :class:`MAPLoss`, which adds the prior itself, so
 an optimizer ``weight_decay`` would count the prior twice and is refused.
+
+With row weights w_i (``sample_weight``; W = Σ_i w_i) the objective per batch is
+
+    mean_i(w_i · N/W · −log p(y_i | f(x_i))) / T + δ/(2W) · ‖θ‖²
+
+whose full-data form is (Σ_i w_i·nll_i / T + δ/2 · ‖θ‖²) / W: the weighted log
+joint with N replaced by W, so integer weights train towards the MAP of the
+duplicated rows.  The normalized weights w_i·N/W travel as an extra last column
+of y and :class:`MAPLoss` (``sample_weight=True``) splits them off; without
+weights nothing changes.
 """
 
 import inspect
@@ -53,11 +63,16 @@ class MAPLoss(nn.Module):
     ``module.named_parameters()`` order); the parameters are attached after
     the net is initialized with :meth:`attach` (a plain list, not registered,
     so skorch's optimizer does not see them twice).
+
+    With ``sample_weight=True`` the last column of ``y_true`` holds each row's
+    weight, and the data term is the batch mean of weight × nll (``n_train`` is
+    then the total weight; see the module docstring).
     """
 
     def __init__(self, likelihood="categorical", n_train=1, temperature=1.0, sigma_noise=1.0,
-                 prior_precision=1.0):
+                 prior_precision=1.0, sample_weight=False):
         super().__init__()
+        self.sample_weight = sample_weight
         self.likelihood = LIKELIHOODS[likelihood]()
         self.n_train = n_train
         self.temperature = temperature
@@ -71,11 +86,18 @@ class MAPLoss(nn.Module):
 
     def data_nll(self, y_pred, y_true):
         f = y_pred.reshape(y_pred.shape[0], -1)
+        if self.sample_weight:
+            y_true = y_true.reshape(f.shape[0], -1)
+            weight, y_true = y_true[:, -1].to(f), y_true[:, :-1]
+            if self.likelihood.name != "gaussian":
+                y_true = y_true[:, 0]
         if self.likelihood.name != "gaussian":
-            return self.likelihood.nll(f, y_true).mean()
-        sigma = self.sigma_noise.to(f).expand(f.shape[1])
-        sq = ((y_true.reshape(f.shape).to(f) - f) / sigma) ** 2
-        return (0.5 * sq + torch.log(sigma) + 0.5 * math.log(2 * math.pi)).sum(-1).mean()
+            nll = self.likelihood.nll(f, y_true)
+        else:
+            sigma = self.sigma_noise.to(f).expand(f.shape[1])
+            sq = ((y_true.reshape(f.shape).to(f) - f) / sigma) ** 2
+            nll = (0.5 * sq + torch.log(sigma) + 0.5 * math.log(2 * math.pi)).sum(-1)
+        return (nll * weight).mean() if self.sample_weight else nll.mean()
 
     def prior_term(self):
         if not self._params:
@@ -158,22 +180,41 @@ def module_dtype(module):
     return torch.float32
 
 
+def with_weight_column(y, sample_weight):
+    """Targets ``y`` (tensor) with the normalized weights w·N/W as a last column.
+
+    What :class:`MAPLoss` with ``sample_weight=True`` reads (n_train = W = Σ w):
+    int64 labels become float64 (exact), float targets keep their dtype.
+    """
+    w = np.asarray(sample_weight, dtype=np.float64)
+    column = torch.as_tensor(w * (len(w) / float(w.sum())))
+    dtype = torch.float64 if not y.is_floating_point() else y.dtype
+    return torch.cat([y.reshape(len(y), -1).to(dtype), column.to(dtype)[:, None]], 1)
+
+
 def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precision, seed,
-              callbacks=()):
+              callbacks=(), sample_weight=None):
     """Train the (cloned, uninitialized) skorch ``net`` to the MAP in place.
 
     ``X`` (float numpy) is cast to the module's parameter dtype; ``y`` is int64
-    (categorical), float (Bernoulli) or 2-D float (Gaussian).
+    (categorical), float (Bernoulli) or 2-D float (Gaussian).  ``sample_weight``
+    (non-negative, positive sum) weights the rows' likelihood terms (module docstring).
     """
+    weighted = sample_weight is not None
+    if weighted:
+        sample_weight = np.asarray(sample_weight, dtype=np.float64)
+        total = float(sample_weight.sum())
     net.set_params(
         criterion=MAPLoss,
         criterion__likelihood=likelihood,
-        criterion__n_train=X.shape[0],
+        criterion__n_train=total if weighted else X.shape[0],
         criterion__temperature=temperature,
         criterion__sigma_noise=sigma_noise,
         criterion__prior_precision=prior_precision,
         train_split=None,
     )
+    if weighted:
+        net.set_params(criterion__sample_weight=True)
     if callbacks:
         net.set_params(callbacks=list(net.callbacks or []) + list(callbacks))
     with torch.random.fork_rng(devices=[]):
@@ -185,8 +226,15 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
         yt = torch.tensor(np.asarray(y))
         if likelihood != "categorical":
             yt = yt.to(dtype)
+        data = (Xt, yt)
+        if weighted:
+            # The normalized weights w·N/W as a last column of y (float64 for labels, so
+            # that they stay exact); a Dataset, so that skorch's classifiers take a 2-D y.
+            from skorch.dataset import Dataset
+
+            data = (Dataset(Xt, with_weight_column(yt, sample_weight)), None)
         try:
-            net.partial_fit(Xt, yt)
+            net.partial_fit(*data)
         except KeyError as error:
             if "valid" not in str(error):
                 raise
@@ -197,6 +245,8 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
                 "EarlyStopping(monitor='train_loss')), or hold out validation data yourself."
             ) from error
     net.criterion_.attach(nn.Module())  # drop the references: nothing to pickle twice
+    if weighted and hasattr(net, "classes_inferred_"):  # skorch read them off the weighted y
+        net.classes_inferred_ = np.unique(np.asarray(y))
     losses = [h.get("train_loss", 0.0) for h in net.history]
     finite = all(np.isfinite(losses)) and all(
         torch.isfinite(p).all() for p in net.module_.parameters()

@@ -44,6 +44,11 @@ class OnlineEvidence(Callback):
     lowrank_rank : int or None, default=None
     sigma_floor : float, default=0.0
         Lower bound of σ (model units).
+    sample_weight : ndarray of shape (n_rows,) or None, default=None
+        Row weights of the training data (as in ``fit``); the training targets then
+        carry the normalized weights as their last column (``MAPLoss`` with
+        ``sample_weight=True``), which the callback drops: the curvature and the
+        evidence use these weights.
 
     Attributes
     ----------
@@ -56,7 +61,7 @@ class OnlineEvidence(Callback):
 
     def __init__(self, likelihood, *, hessian_structure="full", curvature="ggn",
                  prior_structure="layerwise", frequency=5, burn_in=0, n_steps=100, lr=0.1,
-                 temperature=1.0, lowrank_rank=None, sigma_floor=0.0):
+                 temperature=1.0, lowrank_rank=None, sigma_floor=0.0, sample_weight=None):
         self.likelihood = likelihood
         self.hessian_structure = hessian_structure
         self.curvature = curvature
@@ -68,6 +73,7 @@ class OnlineEvidence(Callback):
         self.temperature = temperature
         self.lowrank_rank = lowrank_rank
         self.sigma_floor = sigma_floor
+        self.sample_weight = sample_weight
 
     def initialize(self):
         self.history_ = []
@@ -89,10 +95,18 @@ class OnlineEvidence(Callback):
         module = copy.deepcopy(net.module_).to("cpu", torch.float64).eval()
         X = torch.as_tensor(dataset_train.X).to("cpu", torch.float64)
         y = torch.as_tensor(dataset_train.y).cpu()
+        weight = None
+        if self.sample_weight is not None:  # drop the weight column of the training targets
+            weight = torch.as_tensor(self.sample_weight, dtype=torch.float64)
+            y = y.reshape(len(y), -1)[:, :-1]
+            if self.likelihood != "gaussian":
+                y = y[:, 0]
+            if self.likelihood == "categorical":
+                y = y.long()
         y = y.to(torch.float64) if self.likelihood != "categorical" else y
         crit = net.criterion_
         delta, sigma, value = self.update(module, X, y, crit.prior_precision.cpu(),
-                                          crit.sigma_noise.cpu())
+                                          crit.sigma_noise.cpu(), weight=weight)
         crit.prior_precision, crit.sigma_noise = delta.to(net.device), sigma.to(net.device)
         if not self.history_ or value > max(h["log_evidence"] for h in self.history_):
             state = {k: v.detach().clone() for k, v in net.module_.state_dict().items()}
@@ -126,10 +140,11 @@ class OnlineEvidence(Callback):
             value = float(evidence(delta, sigma if gaussian else None))
         return delta, sigma, value
 
-    def update(self, module, X, y, prior_precision, sigma_noise):
+    def update(self, module, X, y, prior_precision, sigma_noise, weight=None):
         """One round: K Adam steps, or (``n_steps=None``) the maximum of the evidence.
 
-        Returns (δ per parameter or 0-d, σ, log evidence).
+        ``weight``: (N,) row weights or None. Returns (δ per parameter or 0-d, σ, log
+        evidence).
         """
         subset = AllWeights(module)
         likelihood = LIKELIHOODS[self.likelihood]()
@@ -137,16 +152,19 @@ class OnlineEvidence(Callback):
         with torch.no_grad():
             posterior = compute_posterior(self.hessian_structure, subset, likelihood, X, y,
                                           torch.ones(n_out, dtype=torch.float64),
-                                          self.curvature, self.lowrank_rank)
+                                          self.curvature, self.lowrank_rank, weight=weight)
             f = subset.forward(X)
         gaussian = self.likelihood == "gaussian"
+        n_rows = len(X) if weight is None else float(weight.sum())
         if gaussian:
-            sse = ((y.reshape(f.shape) - f) ** 2).sum(0)
-            evidence = Evidence(posterior, subset.theta, self.temperature, len(X), sse=sse,
+            sq = (y.reshape(f.shape) - f) ** 2
+            sse = (sq if weight is None else sq * weight[:, None]).sum(0)
+            evidence = Evidence(posterior, subset.theta, self.temperature, n_rows, sse=sse,
                                 curvature=self.curvature)
         else:
-            nll = likelihood.nll(f, y).sum().item()
-            evidence = Evidence(posterior, subset.theta, self.temperature, len(X), nll=nll,
+            row_nll = likelihood.nll(f, y)
+            nll = (row_nll if weight is None else row_nll * weight).sum().item()
+            evidence = Evidence(posterior, subset.theta, self.temperature, n_rows, nll=nll,
                                 curvature=self.curvature)
 
         if self.prior_structure == "scalar":

@@ -6,7 +6,8 @@ from sklearn.base import RegressorMixin
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import ONLINE_DOC, PARAMS_DOC, BaseLaplace, positive_array, validate_numeric
+from ._base import (ONLINE_DOC, PARAMS_DOC, BaseLaplace, check_fit_weight, positive_array,
+                    validate_numeric, weighted_spread)
 from .distributions import NormalPrediction
 
 
@@ -115,13 +116,23 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         tags.target_tags.multi_output = True
         return tags
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative row weights w_i multiplying each row's log-likelihood
+            everywhere: the MAP objective (Σ w_i·nll_i / T + δ/2·‖θ‖², i.e. N
+            replaced by Σ w_i), the curvature (each row's GGN or empirical-Fisher
+            term times w_i, all structures), the evidence (weighted squared
+            errors, Σ w_i rows in the Gaussian normalizer), ``normalize_y``
+            (weighted mean and std) and the held-out NLL of ``"cv"`` (the
+            weights are split with the rows; ``"online"`` uses them too).
+            Integer weights equal duplicating the rows. ``None``: all rows weigh
+            1 (the unweighted fit).
 
         Returns
         -------
@@ -134,15 +145,20 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         except (TypeError, ValueError) as error:
             raise ValueError(f"y must be numeric for LaplaceRegressor; {error}") from error
         y2 = y.reshape(len(y), -1)
+        sample_weight = check_fit_weight(sample_weight, X)
         sigma = positive_array("sigma_noise", self.sigma_noise)
         if sigma.size not in (1, y2.shape[1]):
             raise ValueError(f"sigma_noise has {sigma.size} values but y has {y2.shape[1]} outputs.")
         if not isinstance(self.normalize_y, (bool, np.bool_)):
             raise ValueError(f"normalize_y must be a bool, got {self.normalize_y!r}.")
         self._y_ndim = y.ndim
-        self._y_mean = y2.mean(0) if self.normalize_y else np.zeros(y2.shape[1])
+        if sample_weight is None:
+            self._y_mean = y2.mean(0) if self.normalize_y else np.zeros(y2.shape[1])
+        else:
+            self._y_mean = (np.average(y2, axis=0, weights=sample_weight) if self.normalize_y
+                            else np.zeros(y2.shape[1]))
         with np.errstate(over="ignore", invalid="ignore"):
-            spread = y2.std(0)
+            spread = weighted_spread(y2, sample_weight, axis=0)
         if not np.all(np.isfinite(spread)):
             raise ValueError(
                 "y is too large for float64 arithmetic (its standard deviation overflows); "
@@ -152,7 +168,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         self._n_model_outputs = y2.shape[1]
         y_model = (y2 - self._y_mean) / self._y_std
         self._check_sigma_scale(sigma, y_model)
-        return self._fit(X, y_model, "gaussian", y2.shape[1], self._y_std)
+        return self._fit(X, y_model, "gaussian", y2.shape[1], self._y_std, sample_weight)
 
     # Adam squares the gradients, of order std(y)/σ² per row: beyond ~1e15 they
     # overflow float32 (3e38) and the net silently stays at its initialization.

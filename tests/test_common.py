@@ -19,6 +19,15 @@ ESTIMATORS = [
 ]
 
 
-@parametrize_with_checks(ESTIMATORS)
+# MAP training is minibatch Adam: duplicated rows change the batches and the steps per
+# epoch (and "cv" splits other rows), so weights equal repetition only in the objective;
+# with the MAP frozen they do exactly (tests/test_sample_weight.py).
+SAMPLE_WEIGHT_XFAIL = {
+    "check_sample_weight_equivalence_on_dense_data":
+        "stochastic MAP training: weights equal duplicated rows in the objective, not per step",
+}
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=lambda est: SAMPLE_WEIGHT_XFAIL)
 def test_sklearn_compatible(estimator, check):
     check(estimator)
