@@ -4,19 +4,25 @@ Run: python examples/ood_digits.py
 
 Scores follow one convention (higher = more likely OOD).  The MAP baseline
 uses 1 − max softmax of the trained network; the Laplace approximation (all
-weights, full GGN, evidence-tuned prior) uses the same confidence under its
+weights, evidence-tuned prior) uses the same confidence under its
 probit and Laplace-bridge predictives, the mutual information (epistemic part)
 and the Laplace-bridge Dirichlet precision.
 
-A real run (2 CPU cores, sklaplace 0.1.0) printed:
+A real run (2 CPU cores, sklaplace 0.1.0; "auto" took all weights with the
+Kronecker GGN, whose full structure is estimated beyond 2 s here; the probit
+works on sum-zero centred logits) printed:
 
-    digits 0-4 (630 train rows), test 271 in / 896 OOD; LA: all/full, δ = 2.45
+    digits 0-4 (630 train rows), test 271 in / 896 OOD; LA: all/kron, δ = 3.51
     score                        AUROC    AUPR  FPR@95
     MAP confidence               0.924   0.969   0.310
-    LA probit confidence         0.954   0.974   0.151
-    LA bridge confidence         0.934   0.973   0.225
-    LA mutual information        0.959   0.972   0.148
-    LA Dirichlet precision       0.950   0.980   0.218
+    LA probit confidence         0.947   0.973   0.177
+    LA bridge confidence         0.932   0.972   0.232
+    LA mutual information        0.948   0.968   0.162
+    LA Dirichlet precision       0.945   0.978   0.229
+
+The prior is tuned by the evidence here, not by the classifier's default
+held-out NLL ("cv"), which targets in-distribution NLL and often keeps the
+posterior close to the MAP (README, "Defaults").
 """
 
 import numpy as np
@@ -39,8 +45,11 @@ def main():
     scaler = StandardScaler().fit(X_train)
     X_train, X_test, X_ood = (scaler.transform(a) for a in (X_train, X_test, X_ood))
 
-    la = LaplaceClassifier(random_state=0).fit(X_train, y_train)
-    bridge = LaplaceClassifier(FrozenEstimator(la.net_), link_approx="bridge").fit(X_train, y_train)
+    # δ by the evidence: the held-out default ("cv") tunes for in-distribution NLL, where
+    # this net's posterior barely helps; the evidence keeps the width the data imply.
+    la = LaplaceClassifier(hyperparameter_tuning="evidence", random_state=0).fit(X_train, y_train)
+    bridge = LaplaceClassifier(FrozenEstimator(la.net_), link_approx="bridge",
+                               hyperparameter_tuning="evidence").fit(X_train, y_train)
     def map_score(A):
         with torch.no_grad():
             logits = la.net_.module_(torch.as_tensor(A, dtype=torch.float32))

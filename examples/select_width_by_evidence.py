@@ -40,7 +40,8 @@ def main():
     results = []
     for width in WIDTHS:
         clf = LaplaceClassifier(hidden_layer_sizes=(width,), prior_precision=1.0,
-                                random_state=0).fit(X_train, y_train)
+                                hyperparameter_tuning="evidence", random_state=0).fit(X_train,
+                                                                                      y_train)
         nll = log_loss(y_test, clf.predict_proba(X_test))
         results.append((clf.log_evidence_, nll, width))
         print(f"{width:>6}{clf.n_params_:>8}{clf.log_evidence_:>15.2f}{nll:>10.4f}")
