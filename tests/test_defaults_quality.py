@@ -33,16 +33,17 @@ def _map_proba(est, X):
     return softmax(f, axis=1)
 
 
-@pytest.mark.parametrize("loader, slack", [(load_breast_cancer, 1.0), (load_digits, 1.02)])
-def test_default_classifier_is_no_worse_than_its_map(loader, slack):
+@pytest.mark.parametrize("loader", [load_breast_cancer, load_digits])
+def test_default_classifier_is_no_worse_than_its_map(loader):
     Xtr, Xte, ytr, yte = _split(loader)
     est = LaplaceClassifier(max_epochs=40, random_state=0).fit(Xtr, ytr)
     assert est.hyperparameter_tuning_ == "cv"
     la = log_loss(yte, est.predict_proba(Xte))
     map_ = log_loss(yte, _map_proba(est, Xte))
-    # breast cancer: the LA is better; digits: the LA cannot beat the MAP at any
-    # prior (the scoreboard), held-out tuning keeps it within 2 %
-    assert la <= slack * map_
+    # Where the posterior cannot improve on a calibrated MAP (both sets at 40 epochs: the
+    # held-out choice is the largest δ), the LA stays at the MAP instead of losing to it
+    # (old default: 1.4× / 3.5× the MAP's NLL). 0.1 % covers the tie.
+    assert la <= 1.001 * map_
 
 
 def test_default_regressor_beats_its_map_and_is_unit_free():
