@@ -78,12 +78,25 @@ def main(plot=None):
         import matplotlib
 
         matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
         from sklaplace.plotting import ReliabilityDisplay
 
-        display = ReliabilityDisplay.from_predictions(y_test, rows["MAP"], n_bins=10, name="MAP")
-        ReliabilityDisplay.from_predictions(y_test, rows["LA (default)"], n_bins=10,
-                                            name="LA (default)", ax=display.ax_)
-        display.figure_.savefig(plot, dpi=120, bbox_inches="tight")
+        fig, (ax, ax_hist) = plt.subplots(
+            2, 1, figsize=(5.5, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+        for name, proba in rows.items():
+            ReliabilityDisplay.from_predictions(y_test, proba, n_bins=10, name=name, ax=ax)
+        ax.legend(loc="upper left")  # the curves of a calibrated model hug the diagonal
+        ax.set_title(f"Breast cancer, {len(y_test)} held-out rows: reliability")
+        ax.set_xlabel("")
+        # how many rows each confidence bin holds: most sit near 1, where the curve is reliable
+        edges = np.linspace(0.5, 1.0, 11)
+        ax_hist.hist([proba.max(1) for proba in rows.values()], bins=edges,
+                     label=list(rows), histtype="bar")
+        ax_hist.set_xlabel("confidence (top-label probability)")
+        ax_hist.set_ylabel("rows")
+        fig.tight_layout()
+        fig.savefig(plot, dpi=120, bbox_inches="tight")
         print(f"reliability diagram written to {plot}")
 
 
