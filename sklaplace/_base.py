@@ -26,7 +26,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, check_memory, validate_data
 
 from . import nets
-from .curvature import DEFAULT_MEMORY_BUDGET, compute_posterior, default_lowrank_rank, jacobian_bytes
+from .curvature import (DEFAULT_MEMORY_BUDGET, compute_posterior, default_lowrank_rank,
+                        jacobian_bytes, progress_to)
 from .evidence import Evidence, curvature_scale, maximize_evidence
 from .holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_split,
                       variance_path)
@@ -571,7 +572,8 @@ class BaseLaplace(BaseEstimator):
         self._log(f"Laplace approximation: {kind} weights ({subset.n_params}), {structure} "
                   f"{self.curvature.upper()} on {len(Xt)} rows ...")
         start = time.perf_counter()
-        posterior = build(out_scale)
+        with progress_to(self._log if self.verbose else None):
+            posterior = build(out_scale)
         self._log(f"curvature and decomposition done in {time.perf_counter() - start:.2f} s")
         if self._likelihood_name == "gaussian":
             sq = (yt.reshape(f.shape) - f) ** 2

@@ -23,6 +23,10 @@ give exactly the curvature of duplicated rows.  ``weight=None`` is the
 unweighted computation, unchanged.
 """
 
+import contextlib
+import contextvars
+import time
+
 import torch
 
 from .posterior import DiagPosterior, EigenPosterior, KronPosterior
@@ -81,13 +85,39 @@ def check_memory(n_bytes, what, budget, alternatives):
         )
 
 
+_PROGRESS = contextvars.ContextVar("sklaplace_curvature_progress", default=None)
+
+
+@contextlib.contextmanager
+def progress_to(report):
+    """Send progress messages of the curvature passes in this context to ``report`` (or None)."""
+    token = _PROGRESS.set(report)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
+
+
+def _report(message):
+    report = _PROGRESS.get()
+    if report is not None:
+        report(message)
+
+
 def _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight=None):
-    """Yield (n_rows, P, K) blocks J_nᵀ F_n over row chunks."""
+    """Yield (n_rows, P, K) blocks J_nᵀ F_n over row chunks (progress at most every 2 s)."""
     size = _chunk_rows(out_scale.numel(), subset.n_params)
-    for sl in _chunks(X.shape[0], size):
+    start = last = time.perf_counter()
+    n = X.shape[0]
+    for sl in _chunks(n, size):
         f, J = subset.jacobians(X[sl])
         F = _row_factors(likelihood, f, y[sl], out_scale, curvature, _rows(weight, sl))
         yield torch.einsum("ncp,nck->npk", J, F)
+        now = time.perf_counter()
+        if sl.stop == n or now - last > 2.0:
+            last = now
+            _report(f"curvature: {sl.stop}/{n} rows ({100 * sl.stop / n:.0f} %, "
+                    f"{now - start:.1f} s)")
 
 
 def full_curvature(
@@ -104,12 +134,14 @@ def full_curvature(
                      "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
         U = torch.cat([JF.reshape(JF.shape[0], P, -1).permute(1, 0, 2).reshape(P, -1)
                        for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight)], 1)
+        _report(f"eigendecomposition of the {U.shape[1]} × {U.shape[1]} kernel ...")
         return EigenPosterior.from_factor(U, rank=rank, structure=structure)
     check_memory(8 * P * P * 2, f"The {structure} curvature matrix", budget,
                  "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
     H = torch.zeros(P, P, dtype=X.dtype)
     for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight):
         H += torch.einsum("npk,nqk->pq", JF, JF)
+    _report(f"eigendecomposition of the {P} × {P} curvature ...")
     return EigenPosterior.from_matrix(H, rank=rank, structure=structure)
 
 

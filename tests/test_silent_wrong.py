@@ -246,10 +246,11 @@ def base_budget():
 def test_verbose_reports_the_laplace_stages(capsys):
     rng = np.random.RandomState(0)
     X, y = rng.randn(40, 3), rng.randint(0, 2, 40)
-    LaplaceClassifier(max_epochs=2, verbose=1).fit(X, y)
+    LaplaceClassifier(max_epochs=2, verbose=1, hessian_structure="full").fit(X, y)
     out = capsys.readouterr().out
     assert "train_loss" in out  # the MAP epochs
     assert "estimated" in out and "done in" in out and "prior_precision_" in out
+    assert "curvature: 40/40 rows" in out and "eigendecomposition" in out
     LaplaceClassifier(max_epochs=2).fit(X, y)
     assert capsys.readouterr().out == ""
     with pytest.raises(ValueError, match="verbose"):
