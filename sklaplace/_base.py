@@ -371,7 +371,8 @@ class BaseLaplace(BaseEstimator):
         rng = check_seed("random_state", self.random_state)
         train_seed, self._prediction_seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
         net, frozen, likelihood = self._prepare_net(X.shape[1], n_outputs)
-        self.hyperparameter_tuning_ = (self._default_tuning() if self.hyperparameter_tuning == "auto"
+        self.hyperparameter_tuning_ = (self._default_tuning(len(X))
+                                       if self.hyperparameter_tuning == "auto"
                                        else self.hyperparameter_tuning)
         likelihood = likelihood or likelihood_default
         if likelihood not in self._likelihood_kinds:
@@ -746,7 +747,7 @@ class BaseLaplace(BaseEstimator):
             prior = delta.numpy()
         return prior, torch.as_tensor(crit.sigma_noise, dtype=torch.float64).cpu()
 
-    def _default_tuning(self):
+    def _default_tuning(self, n_rows):
         """What ``hyperparameter_tuning="auto"`` means (see the estimators' docstrings)."""
         raise NotImplementedError
 
@@ -851,7 +852,8 @@ PARAMS_DOC = """
     hyperparameter_tuning : {"auto", "evidence", "online", "cv"} or None, default="auto"
         How δ (and σ) are chosen; the result is in ``hyperparameter_tuning_``.
         ``"auto"``: for the classifier ``"cv"`` (``"evidence"`` with a
-        non-scalar ``prior_structure``); for the regressor ``"online"`` when it
+        non-scalar ``prior_structure`` or when fewer than 10 rows would be held
+        out); for the regressor ``"online"`` when it
         trains the net over all weights for at least ``online_burn_in +
         online_frequency`` epochs with a scalar ``sigma_noise``, else
         ``"evidence"`` (the choice and its scoreboard are in the README).

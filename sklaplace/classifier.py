@@ -146,11 +146,17 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return self._fit(X, encoder.transform(y), default, self._n_model_outputs, None,
                          sample_weight)
 
-    def _default_tuning(self):
+    MIN_HELD_OUT_ROWS = 10
+
+    def _default_tuning(self, n_rows):
         # The post-hoc LA of a net trained at another δ is often broader than the
         # data support (probit NLL above the MAP's); held-out NLL picks its width.
-        # "cv" tunes one scalar δ: a layer-wise or diagonal prior asks for the evidence.
-        return "cv" if self.prior_structure == "scalar" else "evidence"
+        # "cv" tunes one scalar δ: a layer-wise or diagonal prior asks for the evidence,
+        # and so do data too small to hold out a useful validation set.
+        held_out = int(np.ceil(self.validation_fraction * n_rows))
+        if self.prior_structure != "scalar" or held_out < self.MIN_HELD_OUT_ROWS:
+            return "evidence"
+        return "cv"
 
     def _check_outputs(self, n_out):
         if self._likelihood_name == "bernoulli" and len(self.classes_) != 2:

@@ -189,7 +189,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
                 "hyperparameter_tuning='evidence' tune it."
             )
 
-    def _default_tuning(self):
+    def _default_tuning(self, n_rows):
         # Online: the net is trained at the σ and δ its evidence chooses (Immer et al.
         # 2021), not at the initial σ, which underfits or overfits the MAP itself.
         if isinstance(self.net, FrozenEstimator) or np.size(self.sigma_noise) > 1:

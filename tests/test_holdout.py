@@ -157,3 +157,15 @@ def test_one_standard_error_rule_prefers_the_larger_prior_among_near_ties():
     losses = np.stack([base + 0.5, base, base + 0.1, base + 0.2])
     assert one_standard_error_choice(losses) == 1
     assert one_standard_error_choice(np.stack([base + 1, base + 2])) == 0
+
+
+def test_auto_holds_out_only_when_enough_rows():
+    X, y = _clf_data(n=40)  # 8 held-out rows: too few to choose δ on
+    assert LaplaceClassifier(**FAST).fit(X, y).hyperparameter_tuning_ == "evidence"
+    X, y = _clf_data(n=60)
+    assert LaplaceClassifier(**FAST).fit(X, y).hyperparameter_tuning_ == "cv"
+    assert LaplaceClassifier(prior_structure="layerwise", **FAST).fit(
+        X, y).hyperparameter_tuning_ == "evidence"
+    assert LaplaceRegressor(**FAST).fit(X, y.astype(float)).hyperparameter_tuning_ == "online"
+    assert LaplaceRegressor(subset_of_weights="last_layer", **FAST).fit(
+        X, y.astype(float)).hyperparameter_tuning_ == "evidence"
