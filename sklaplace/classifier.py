@@ -4,6 +4,7 @@ import numpy as np
 import torch
 from sklearn.base import ClassifierMixin
 from sklearn.preprocessing import LabelEncoder
+from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
@@ -26,6 +27,10 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     ----------"""
         + PARAMS_DOC
         + """
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes as in ``LogisticRegression``: each row's weight
+        (multiplied into ``sample_weight``) is ``class_weight[y_i]``;
+        ``"balanced"`` uses ``n_samples / (n_classes * np.bincount(y))``.
     link_approx : {"probit", "bridge", "mc"}, default="probit"
         Approximation of the expected softmax (sigmoid) under the Gaussian over
         logits: (extended) probit, Laplace-bridge Dirichlet mean, or Monte Carlo."""
@@ -81,6 +86,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
                  subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", link_approx="probit", n_samples=100, temperature=1.0,
+                 class_weight=None,
                  online_frequency=5, online_burn_in=0, online_steps=None, online_lr=0.1,
                  memory=None, random_state=None, verbose=0):
         self.net = net
@@ -101,6 +107,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         self.link_approx = link_approx
         self.n_samples = n_samples
         self.temperature = temperature
+        self.class_weight = class_weight
         self.online_frequency = online_frequency
         self.online_burn_in = online_burn_in
         self.online_steps = online_steps
@@ -140,6 +147,14 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
                 "LaplaceClassifier needs at least two classes in y; got one class "
                 f"({self.classes_[0]!r})."
             )
+        if self.class_weight is not None:
+            if not (self.class_weight == "balanced" or isinstance(self.class_weight, dict)):
+                raise ValueError(
+                    "class_weight must be None, 'balanced' or a dict {class: weight}, got "
+                    f"{self.class_weight!r}.")
+            per_row = compute_sample_weight(self.class_weight, y)
+            sample_weight = per_row if sample_weight is None else sample_weight * per_row
+            sample_weight = check_fit_weight(sample_weight, X)
         single_logit = len(self.classes_) == 2 and self.net is None
         self._n_model_outputs = 1 if single_logit else len(self.classes_)
         default = "bernoulli" if single_logit else "categorical"

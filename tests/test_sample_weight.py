@@ -11,6 +11,7 @@ import torch
 from sklearn.frozen import FrozenEstimator
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.utils.class_weight import compute_sample_weight
 from skorch import NeuralNetBinaryClassifier, NeuralNetClassifier, NeuralNetRegressor
 from torch import nn
 
@@ -279,3 +280,25 @@ def test_bad_weights_raise(cls, bad):
     X, y, _ = _data("binary")
     with pytest.raises(ValueError, match="sample_weight"):
         cls(max_epochs=1).fit(X, y, sample_weight=bad)
+
+
+def test_class_weight_balanced_equals_its_sample_weight():
+    rng = np.random.RandomState(0)
+    X = rng.randn(60, 3)
+    y = (X[:, 0] + 0.8 > 0).astype(int)  # unbalanced
+    net = LaplaceClassifier(hidden_layer_sizes=(4,), max_epochs=5, hyperparameter_tuning=None,
+                            random_state=0).fit(X, y).net_
+    params = dict(hyperparameter_tuning="evidence", random_state=0)
+    balanced = LaplaceClassifier(FrozenEstimator(net), class_weight="balanced", **params).fit(X, y)
+    weighted = LaplaceClassifier(FrozenEstimator(net), **params).fit(
+        X, y, sample_weight=compute_sample_weight("balanced", y))
+    plain = LaplaceClassifier(FrozenEstimator(net), **params).fit(X, y)
+    assert balanced.log_evidence_ == pytest.approx(weighted.log_evidence_, rel=1e-12)
+    np.testing.assert_allclose(balanced.predict_proba(X), weighted.predict_proba(X), rtol=1e-12)
+    assert balanced.log_evidence_ != pytest.approx(plain.log_evidence_)
+    # both weightings multiply; a dict names classes by label
+    twice = LaplaceClassifier(FrozenEstimator(net), class_weight={0: 2.0, 1: 2.0}, **params).fit(
+        X, y, sample_weight=np.full(60, 0.5))
+    assert twice.log_evidence_ == pytest.approx(plain.log_evidence_, rel=1e-10)
+    with pytest.raises(ValueError, match="class_weight"):
+        LaplaceClassifier(class_weight="equal").fit(X, y)
