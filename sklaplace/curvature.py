@@ -122,9 +122,13 @@ def _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight=None):
 
 def full_curvature(
     subset, likelihood, X, y, out_scale, curvature="ggn", rank=None, budget=DEFAULT_MEMORY_BUDGET,
-    weight=None,
+    weight=None, eigenvalues_only=False,
 ):
-    """Full (``rank=None``) or low-rank posterior structure."""
+    """Full (``rank=None``) or low-rank posterior structure.
+
+    ``eigenvalues_only``: the spectrum without eigenvectors (several times cheaper), enough
+    for the evidence at a scalar prior (online updates); such a posterior cannot predict.
+    """
     P, n = subset.n_params, X.shape[0]
     K = out_scale.numel() if curvature == "ggn" else 1
     structure = "full" if rank is None else "lowrank"
@@ -135,6 +139,8 @@ def full_curvature(
         U = torch.cat([JF.reshape(JF.shape[0], P, -1).permute(1, 0, 2).reshape(P, -1)
                        for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight)], 1)
         _report(f"eigendecomposition of the {U.shape[1]} × {U.shape[1]} kernel ...")
+        if eigenvalues_only:
+            return EigenPosterior.spectrum(U.T @ U, P, structure)
         return EigenPosterior.from_factor(U, rank=rank, structure=structure)
     check_memory(8 * P * P * 2, f"The {structure} curvature matrix", budget,
                  "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
@@ -142,6 +148,8 @@ def full_curvature(
     for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight):
         H += torch.einsum("npk,nqk->pq", JF, JF)
     _report(f"eigendecomposition of the {P} × {P} curvature ...")
+    if eigenvalues_only:
+        return EigenPosterior.spectrum(H, P, structure)
     return EigenPosterior.from_matrix(H, rank=rank, structure=structure)
 
 
@@ -310,14 +318,19 @@ def _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk=4096,
 
 
 def compute_posterior(structure, subset, likelihood, X, y, out_scale, curvature="ggn",
-                      rank=None, budget=DEFAULT_MEMORY_BUDGET, weight=None):
-    """Dispatch to the structure's curvature routine; ``weight``: (N,) row weights or None."""
+                      rank=None, budget=DEFAULT_MEMORY_BUDGET, weight=None,
+                      eigenvalues_only=False):
+    """Dispatch to the structure's curvature routine; ``weight``: (N,) row weights or None.
+
+    ``eigenvalues_only`` (full structure): the spectrum alone, for the evidence at a
+    scalar prior (see :func:`full_curvature`).
+    """
     with torch.no_grad():
         if structure == "diag":
             return diag_curvature(subset, likelihood, X, y, out_scale, curvature, weight)
         if structure == "full":
             return full_curvature(subset, likelihood, X, y, out_scale, curvature, None, budget,
-                                  weight)
+                                  weight, eigenvalues_only)
         if structure == "lowrank":
             return full_curvature(subset, likelihood, X, y, out_scale, curvature, rank, budget,
                                   weight)

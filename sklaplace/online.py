@@ -150,9 +150,12 @@ class OnlineEvidence(Callback):
         likelihood = LIKELIHOODS[self.likelihood]()
         n_out = module(X[:1]).reshape(1, -1).shape[1]
         with torch.no_grad():
+            # a scalar prior's evidence needs the spectrum only (no eigenvectors)
+            spectrum = self.prior_structure == "scalar" and self.hessian_structure == "full"
             posterior = compute_posterior(self.hessian_structure, subset, likelihood, X, y,
                                           torch.ones(n_out, dtype=torch.float64),
-                                          self.curvature, self.lowrank_rank, weight=weight)
+                                          self.curvature, self.lowrank_rank, weight=weight,
+                                          eigenvalues_only=spectrum)
             f = subset.forward(X)
         gaussian = self.likelihood == "gaussian"
         n_rows = len(X) if weight is None else float(weight.sum())

@@ -660,3 +660,25 @@ def test_last_layer_moments_match_dense(monkeypatch, lik, structure, bias_last, 
     if structure == "kron":
         Sigma = torch.linalg.inv(S * kron_dense(post, len(cols)) + delta * torch.eye(len(cols), dtype=DT))
         close(var, J_test @ Sigma @ J_test.transpose(1, 2))
+
+
+def test_spectrum_only_gives_the_same_scalar_evidence():
+    from sklaplace import LaplaceRegressor
+    from sklaplace.curvature import compute_posterior
+    from sklaplace.likelihoods import Gaussian
+
+    rng = np.random.RandomState(0)
+    for n in (12, 80):  # the kernel path (N < P) and the P × P path
+        X, y = rng.randn(n, 3), rng.randn(n)
+        est = LaplaceRegressor(hidden_layer_sizes=(8,), max_epochs=3, hyperparameter_tuning=None,
+                               subset_of_weights="all", hessian_structure="full",
+                               random_state=0).fit(X, y)
+        y_model = torch.as_tensor((y - y.mean()) / y.std())
+        args = (est._subset, Gaussian(), torch.as_tensor(X), y_model,
+                torch.ones(1, dtype=torch.float64))
+        full = compute_posterior("full", *args)
+        spectrum = compute_posterior("full", *args, eigenvalues_only=True)
+        for delta in (0.1, 3.0):
+            d, s = torch.tensor(delta, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)
+            assert float(spectrum.log_det(d, s)) == pytest.approx(float(full.log_det(d, s)),
+                                                                  rel=1e-10)

@@ -86,6 +86,15 @@ class EigenPosterior:
         return cls(V, lam, H.shape[0], structure)
 
     @classmethod
+    def spectrum(cls, M, n_params, structure="full"):
+        """Eigenvalues only of the curvature (``M`` = H, or the kernel UᵀU with the same
+        nonzero spectrum): log det at a scalar prior, no prediction or sampling."""
+        kappa = torch.linalg.eigvalsh(M)
+        if M.shape[0] < n_params:  # the kernel: drop its numerical zeros as from_factor does
+            kappa = kappa[kappa > kappa.max().clamp_min(0) * n_params * torch.finfo(M.dtype).eps]
+        return cls(None, kappa, n_params, structure)
+
+    @classmethod
     def from_factor(cls, U, rank=None, structure="full"):
         """From H = U Uᵀ with U of shape (P, m), through the m × m kernel UᵀU."""
         kappa, E = torch.linalg.eigh(U.T @ U)
