@@ -1,5 +1,9 @@
 """The timing helpers of ``python -m sklaplace.benchmarks speed``."""
 
+import time
+
+import numpy as np
+
 from sklaplace.benchmarks.speed import timed, timed_steady
 
 
@@ -15,7 +19,11 @@ def test_timed_alternates_the_order_and_keeps_the_last_result():
     res = timed({"a": make("a"), "b": make("b")}, 4)
     assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
     assert res["a"][2] == 8 and res["b"][2] == 7
-    assert all(t >= 0 and peak >= 0 for t, peak, _ in res.values())
+
+    # the time and the peak memory are those of the call
+    res = timed({"sleep": lambda: time.sleep(0.02), "alloc": lambda: np.ones(10**6).sum()}, 2)
+    assert 0.015 <= res["sleep"][0] < 0.5
+    assert res["alloc"][1] >= 7 * 10**6 > res["sleep"][1]  # 8 MB touched; page rounding
 
 
 def test_timed_steady_times_each_callable_in_its_own_rounds():
@@ -23,4 +31,7 @@ def test_timed_steady_times_each_callable_in_its_own_rounds():
     res = timed_steady({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
                        rounds=2, calls=3)
     assert calls == ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
-    assert set(res) == {"a", "b"} and all(t >= 0 for t in res.values())
+    assert set(res) == {"a", "b"}
+    res = timed_steady({"sleep": lambda: time.sleep(0.005), "noop": lambda: None},
+                       rounds=2, calls=4)
+    assert 0.004 <= res["sleep"] < 0.1 and res["noop"] < res["sleep"]
