@@ -76,7 +76,7 @@ def jacobian_bytes(n_rows, n_out, n_params):
     return 8 * n_rows * n_out * n_params
 
 
-def check_memory(n_bytes, what, budget, alternatives):
+def check_budget(n_bytes, what, budget, alternatives):
     """Refuse an allocation above ``budget`` bytes, naming cheaper options."""
     if n_bytes > budget:
         raise MemoryError(
@@ -134,7 +134,7 @@ def full_curvature(
     structure = "full" if rank is None else "lowrank"
     if n * K < P:
         # Determinant lemma: work with the P × N·K factor and its kernel.
-        check_memory(8 * P * n * K * 2, f"The {structure} curvature factor", budget,
+        check_budget(8 * P * n * K * 2, f"The {structure} curvature factor", budget,
                      "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
         U = torch.cat([JF.reshape(JF.shape[0], P, -1).permute(1, 0, 2).reshape(P, -1)
                        for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight)], 1)
@@ -142,7 +142,7 @@ def full_curvature(
         if eigenvalues_only:
             return EigenPosterior.spectrum(U.T @ U, P, structure)
         return EigenPosterior.from_factor(U, rank=rank, structure=structure)
-    check_memory(8 * P * P * 2, f"The {structure} curvature matrix", budget,
+    check_budget(8 * P * P * 2, f"The {structure} curvature matrix", budget,
                  "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
     H = torch.zeros(P, P, dtype=X.dtype)
     for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight):
@@ -346,7 +346,7 @@ def default_lowrank_rank(n_params):
 
 __all__ = [
     "compute_posterior",
-    "check_memory",
+    "check_budget",
     "jacobian_bytes",
     "default_lowrank_rank",
     "DEFAULT_MEMORY_BUDGET",

@@ -24,6 +24,8 @@ from sklearn.metrics import (
 )
 from sklearn.pipeline import Pipeline
 
+from .distributions import _check_confidence, _entropy
+
 __all__ = [
     "expected_calibration_error",
     "maximum_calibration_error",
@@ -149,12 +151,6 @@ def _check_regression(y_true, mean, std):
 def _check_std(std):
     if not np.all(np.isfinite(std)) or np.any(std <= 0):
         raise ValueError("std must be finite and strictly positive.")
-
-
-def _check_confidence(confidence):
-    if not (isinstance(confidence, numbers.Real) and 0.0 < confidence < 1.0):
-        raise ValueError(f"confidence must be a number in (0, 1); got {confidence!r}.")
-    return float(confidence)
 
 
 def _average(values, multioutput):
@@ -536,20 +532,16 @@ def sharpness(std):
 # --------------------------------------------------------------------------------------
 
 
+def _last_step(estimator):
+    """The Laplace estimator itself, or the last step of a Pipeline."""
+    return estimator[-1] if isinstance(estimator, Pipeline) else estimator
+
+
 def _final_step(estimator, X):
     """``(last estimator, X transformed by the preceding steps)`` for Pipelines."""
-    if isinstance(estimator, Pipeline):
-        if len(estimator) > 1:
-            X = estimator[:-1].transform(X)
-        return estimator[-1], X
-    return estimator, X
-
-
-def _entropy(proba):
-    proba = np.clip(proba, 0.0, 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(proba > 0, proba * np.log(proba), 0.0)
-    return -terms.sum(axis=1)
+    if isinstance(estimator, Pipeline) and len(estimator) > 1:
+        X = estimator[:-1].transform(X)
+    return _last_step(estimator), X
 
 
 def ood_scores(estimator, X, *, kind="max_proba"):
@@ -624,7 +616,7 @@ def ood_scores(estimator, X, *, kind="max_proba"):
 
     if kind in ("max_proba", "entropy") and hasattr(est, "predict_proba"):
         proba = np.asarray(est.predict_proba(Xt), dtype=float)
-        return 1.0 - proba.max(axis=1) if kind == "max_proba" else _entropy(proba)
+        return 1.0 - proba.max(axis=1) if kind == "max_proba" else _entropy(np.clip(proba, 0.0, 1.0))
     raise ValueError(
         f"kind={kind!r} needs an estimator with predict_dist (a Laplace estimator); "
         f"{name} has none."
@@ -697,7 +689,7 @@ def evidence_scorer(estimator, X=None, y=None):
     log_evidence : float
         Higher is better.
     """
-    est = estimator[-1] if isinstance(estimator, Pipeline) else estimator
+    est = _last_step(estimator)
     if not hasattr(est, "log_evidence_"):
         raise ValueError(
             f"{type(est).__name__} has no log_evidence_; evidence_scorer needs a fitted "

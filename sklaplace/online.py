@@ -92,6 +92,8 @@ class OnlineEvidence(Callback):
         epoch = len(net.history)
         if epoch <= self.burn_in or (epoch - self.burn_in) % self.frequency:
             return
+        if not all(torch.isfinite(p).all() for p in net.module_.parameters()):
+            return  # a diverged net has no curvature; train_map reports the divergence
         module = copy.deepcopy(net.module_).to("cpu", torch.float64).eval()
         X = torch.as_tensor(dataset_train.X).to("cpu", torch.float64)
         y = torch.as_tensor(dataset_train.y).cpu()

@@ -7,10 +7,10 @@ when something is drawn.
 """
 
 import numpy as np
-from sklearn.pipeline import Pipeline
 
 from .metrics import (
     _final_step,
+    _last_step,
     ood_scores,
     regression_calibration_curve,
     reliability_curve,
@@ -34,8 +34,6 @@ def _axes(ax, caller):
     return ax, ax.figure
 
 
-def _last_step(estimator):
-    return estimator[-1] if isinstance(estimator, Pipeline) else estimator
 
 
 def _estimator_name(estimator):

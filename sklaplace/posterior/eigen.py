@@ -89,7 +89,10 @@ class EigenPosterior:
     def spectrum(cls, M, n_params, structure="full"):
         """Eigenvalues only of the curvature (``M`` = H, or the kernel UᵀU with the same
         nonzero spectrum): log det at a scalar prior, no prediction or sampling."""
-        kappa = torch.linalg.eigvalsh(M)
+        try:
+            kappa = torch.linalg.eigvalsh(M)
+        except torch.linalg.LinAlgError:  # eigh's divide-and-conquer converges more often
+            kappa = torch.linalg.eigh(M)[0]
         if M.shape[0] < n_params:  # the kernel: drop its numerical zeros as from_factor does
             kappa = kappa[kappa > kappa.max().clamp_min(0) * n_params * torch.finfo(M.dtype).eps]
         return cls(None, kappa, n_params, structure)
