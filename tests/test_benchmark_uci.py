@@ -31,7 +31,7 @@ def test_uci_quick_mode(tmp_path, data_dir, capsys):
         if r["protocol"] == "classification":
             assert 0 <= r["acc_mean"] <= 1 and 0 <= r["ece_mean"] <= 1
         if r["method"] == "map":  # every dataset here has a printed MAP value
-            assert math.isfinite(r["paper_nll_mean"]) and r["nll_flag"] in ("ok", "DIFFERS")
+            assert math.isfinite(r["paper_nll_mean"]) and r["nll_flag"] in ("ok", "better", "worse", "(variant)")
 
     with open(out_csv, newline="") as fh:
         table = list(csv.DictReader(fh))
@@ -76,3 +76,13 @@ def test_cache_tag_changes_with_the_code(monkeypatch):
     before = cfg.tag("regression")
     monkeypatch.setattr(uci, "source_hash", lambda: "edited")
     assert cfg.tag("regression") != before
+
+
+def test_compare_flag_says_which_way():
+    from sklaplace.benchmarks.uci import compare_flag
+
+    assert compare_flag("nll", 1.0, 0.01, 1.01, 0.01) == "ok"
+    assert compare_flag("nll", 0.5, 0.01, 1.0, 0.01) == "better"
+    assert compare_flag("ece", 0.2, 0.01, 0.1, 0.01) == "worse"
+    assert compare_flag("acc", 0.9, 0.01, 0.8, 0.01) == "better"
+    assert compare_flag("acc", 0.7, float("nan"), 0.8, 0.01) == "worse"

@@ -663,15 +663,29 @@ def summarize(cache, protocol, datasets=None, methods=None):
                     row[f"{metric}_flag"] = ""
                     continue
                 row[f"paper_{metric}_mean"], row[f"paper_{metric}_se"] = paper
-                se_ours = 0.0 if not np.isfinite(se) else se
-                tol = 2.0 * math.sqrt(se_ours**2 + paper[1] ** 2)
-                differs = abs(mean - paper[0]) > tol
                 if note:
                     row[f"{metric}_flag"] = "not comparable"
+                elif method.endswith("_scalar"):
+                    # a variant of the row above compared with the same paper column: not
+                    # counted twice
+                    row[f"{metric}_flag"] = "(variant)"
                 else:
-                    row[f"{metric}_flag"] = "DIFFERS" if differs else "ok"
+                    row[f"{metric}_flag"] = compare_flag(metric, mean, se, *paper)
             rows.append(row)
     return rows
+
+
+HIGHER_IS_BETTER = {"acc"}
+
+
+def compare_flag(metric, mean, se, paper_mean, paper_se):
+    """``ok`` within 2·sqrt(se² + se_paper²) of the paper, else ``better`` or ``worse``
+    (lower NLL / ECE, higher accuracy is better); one split counts as se = 0."""
+    se = 0.0 if not np.isfinite(se) else se
+    if abs(mean - paper_mean) <= 2.0 * math.sqrt(se**2 + paper_se**2):
+        return "ok"
+    higher = mean > paper_mean
+    return "better" if higher == (metric in HIGHER_IS_BETTER) else "worse"
 
 
 def _fmt(mean, se, digits=3):
