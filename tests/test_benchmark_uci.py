@@ -86,3 +86,14 @@ def test_compare_flag_says_which_way():
     assert compare_flag("ece", 0.2, 0.01, 0.1, 0.01) == "worse"
     assert compare_flag("acc", 0.9, 0.01, 0.8, 0.01) == "better"
     assert compare_flag("acc", 0.7, float("nan"), 0.8, 0.01) == "worse"
+
+
+def test_eta_extrapolates_from_the_cells_done(monkeypatch):
+    import sklaplace.benchmarks.uci as uci
+
+    clock = iter([0.0, 60.0])
+    monkeypatch.setattr(uci.time, "perf_counter", lambda: next(clock))
+    eta = uci.ETA(10)
+    assert str(eta) == "0/10 cells"
+    eta.done(2)  # 2 cells in 60 s: 8 left take 4 minutes
+    assert str(eta) == "2/10 cells, ETA 4.0 min"

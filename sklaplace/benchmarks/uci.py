@@ -573,6 +573,24 @@ def _score(delta, yva, yte, proba_val, proba_test):
 # ----------------------------------------------------------------------------- driver
 
 
+class ETA:
+    """Progress over a known number of (method, split) cells, with the time left
+    extrapolated from the mean time of the cells done so far."""
+
+    def __init__(self, total):
+        self.total, self.finished, self.start = total, 0, time.perf_counter()
+
+    def done(self, n):
+        self.finished += n
+
+    def __str__(self):
+        if not self.finished:
+            return f"0/{self.total} cells"
+        elapsed = time.perf_counter() - self.start
+        left = elapsed / self.finished * (self.total - self.finished)
+        return f"{self.finished}/{self.total} cells, ETA {left / 60:.1f} min"
+
+
 def run(protocols, datasets, methods, splits, cfg, cache, resume=True, data_dir=None,
         log=print):
     """Run every missing (protocol, data set, split) — split-major, so that all data sets
@@ -582,6 +600,7 @@ def run(protocols, datasets, methods, splits, cfg, cache, resume=True, data_dir=
 
     MEMORY = joblib.Memory(Path(cache.root) / "map_nets", verbose=0)
     class_data = {}
+    jobs = []
     for split in splits:
         for protocol in protocols:
             if split >= _n_splits(protocol, None, data_dir):
@@ -591,31 +610,35 @@ def run(protocols, datasets, methods, splits, cfg, cache, resume=True, data_dir=
                     continue
                 todo = [m for m in methods[protocol]
                         if not (resume and cache.get(protocol, dataset, m, split))]
-                if not todo:
-                    continue
-                t0 = time.perf_counter()
-                try:
-                    if protocol == "regression":
-                        res = run_regression_split(dataset, split, todo, cfg, data_dir, log)
-                    else:
-                        if dataset not in class_data:
-                            class_data[dataset] = load_classification(dataset, data_dir)
-                        res = run_classification_split(dataset, split, todo, cfg, data_dir,
-                                                       log, data=class_data[dataset])
-                except Exception as exc:  # the whole split failed: record, go on
-                    res = {m: {"error": _describe(exc)} for m in todo}
-                for method, result in res.items():
-                    if "error" in result:
-                        cache.put_error(protocol, dataset, method, split, result["error"])
-                        log(f"  ERROR {protocol}/{dataset}/{method}/split {split}: "
-                            f"{result['error']}")
-                    else:
-                        cache.put(protocol, dataset, method, split, result)
-                        cache.clear_error(protocol, dataset, method, split)
-                summary = "  ".join(f"{m}={r['nll']:.3f}" if "nll" in r else f"{m}=error"
-                                    for m, r in res.items())
-                log(f"[{protocol}] {dataset} split {split}: NLL {summary} "
-                    f"({time.perf_counter() - t0:.1f} s)")
+                if todo:
+                    jobs.append((split, protocol, dataset, todo))
+    eta = ETA(sum(len(todo) for *_, todo in jobs))
+    for split, protocol, dataset, todo in jobs:
+        log(f"[{protocol}] {dataset} split {split}: {', '.join(todo)} ... {eta}")
+        t0 = time.perf_counter()
+        try:
+            if protocol == "regression":
+                res = run_regression_split(dataset, split, todo, cfg, data_dir, log)
+            else:
+                if dataset not in class_data:
+                    class_data[dataset] = load_classification(dataset, data_dir)
+                res = run_classification_split(dataset, split, todo, cfg, data_dir,
+                                               log, data=class_data[dataset])
+        except Exception as exc:  # the whole split failed: record, go on
+            res = {m: {"error": _describe(exc)} for m in todo}
+        for method, result in res.items():
+            if "error" in result:
+                cache.put_error(protocol, dataset, method, split, result["error"])
+                log(f"  ERROR {protocol}/{dataset}/{method}/split {split}: "
+                    f"{result['error']}")
+            else:
+                cache.put(protocol, dataset, method, split, result)
+                cache.clear_error(protocol, dataset, method, split)
+        summary = "  ".join(f"{m}={r['nll']:.3f}" if "nll" in r else f"{m}=error"
+                            for m, r in res.items())
+        eta.done(len(todo))
+        log(f"[{protocol}] {dataset} split {split}: NLL {summary} "
+            f"({time.perf_counter() - t0:.1f} s; {eta})")
 
 
 def _n_splits(protocol, dataset, data_dir):
