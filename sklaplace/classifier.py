@@ -85,7 +85,8 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
                  hyperparameter_tuning="auto", validation_fraction=0.2,
                  subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
-                 pred_type="glm", link_approx="probit", n_samples=100, temperature=1.0,
+                 pred_type="glm", gp_subset_size=None, link_approx="probit", n_samples=100,
+                 temperature=1.0,
                  class_weight=None,
                  online_frequency=5, online_burn_in=0, online_steps=None, online_lr=0.1,
                  memory=None, random_state=None, verbose=0):
@@ -104,6 +105,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         self.lowrank_rank = lowrank_rank
         self.curvature = curvature
         self.pred_type = pred_type
+        self.gp_subset_size = gp_subset_size
         self.link_approx = link_approx
         self.n_samples = n_samples
         self.temperature = temperature
@@ -255,7 +257,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         proba : ndarray of shape (n_samples, n_classes)
         """
         check_is_fitted(self)
-        if self.pred_type == "glm":
+        if self.pred_type in ("glm", "gp"):
             return self._proba_from_moments(*self._glm_moments(self._X_tensor(X)))
         return self.predict_dist(X).proba()
 

@@ -81,7 +81,8 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
                  hyperparameter_tuning="auto", validation_fraction=0.2,
                  subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
-                 pred_type="glm", n_samples=100, temperature=1.0, sigma_noise=1.0,
+                 pred_type="glm", gp_subset_size=None, n_samples=100, temperature=1.0,
+                 sigma_noise=1.0,
                  normalize_y=True, online_frequency=5, online_burn_in=0, online_steps=None,
                  online_lr=0.1, memory=None, random_state=None, verbose=0):
         self.net = net
@@ -99,6 +100,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         self.lowrank_rank = lowrank_rank
         self.curvature = curvature
         self.pred_type = pred_type
+        self.gp_subset_size = gp_subset_size
         self.n_samples = n_samples
         self.temperature = temperature
         self.sigma_noise = sigma_noise
