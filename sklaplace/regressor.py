@@ -35,7 +35,9 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         setting (``sigma_noise``, ``prior_precision``, the σ floor of tuning)
         means the same whatever the units of y; predictions, std,
         distributions, ``sigma_noise_`` and the evidence are all in the
-        original units. With ``False`` those settings are in the units of y."""
+        original units. With ``False`` those settings are in the units of y.
+        Ignored for a ``FrozenEstimator`` net, which predicts in the units it was
+        trained on (``sigma_noise`` is then in the units of y too)."""
         + ONLINE_DOC
         + """
 
@@ -154,10 +156,14 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         if not isinstance(self.normalize_y, (bool, np.bool_)):
             raise ValueError(f"normalize_y must be a bool, got {self.normalize_y!r}.")
         self._y_ndim = y.ndim
+        # A FrozenEstimator's net predicts in the units it was trained on, those of y:
+        # standardizing y would silently misread its outputs.
+        frozen = isinstance(self.net, FrozenEstimator)
+        self._normalizes = bool(self.normalize_y) and not frozen
         if sample_weight is None:
-            self._y_mean = y2.mean(0) if self.normalize_y else np.zeros(y2.shape[1])
+            self._y_mean = y2.mean(0) if self._normalizes else np.zeros(y2.shape[1])
         else:
-            self._y_mean = (np.average(y2, axis=0, weights=sample_weight) if self.normalize_y
+            self._y_mean = (np.average(y2, axis=0, weights=sample_weight) if self._normalizes
                             else np.zeros(y2.shape[1]))
         with np.errstate(over="ignore", invalid="ignore"):
             spread = weighted_spread(y2, sample_weight, axis=0)
@@ -166,10 +172,12 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
                 "y is too large for float64 arithmetic (its standard deviation overflows); "
                 "rescale the targets."
             )
-        self._y_std = np.where(spread > 0, spread, 1.0) if self.normalize_y else np.ones(y2.shape[1])
+        self._y_std = (np.where(spread > 0, spread, 1.0) if self._normalizes
+                       else np.ones(y2.shape[1]))
         self._n_model_outputs = y2.shape[1]
         y_model = (y2 - self._y_mean) / self._y_std
-        self._check_sigma_scale(sigma, y_model)
+        if not frozen:  # only training can overflow
+            self._check_sigma_scale(sigma, y_model)
         return self._fit(X, y_model, "gaussian", y2.shape[1], self._y_std, sample_weight)
 
     # Adam squares the gradients, of order std(y)/σ² per row: beyond ~1e15 they
@@ -181,7 +189,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         spread = np.std(y_model, axis=0)
         scale = np.where(spread > 0, spread, 1.0) / sigma**2
         if not np.all(scale <= self.MAX_GRADIENT_SCALE):
-            unit = "standardized y" if self.normalize_y else "y"
+            unit = "standardized y" if self._normalizes else "y"
             floor = np.sqrt(np.max(np.where(spread > 0, spread, 1.0)) / self.MAX_GRADIENT_SCALE)
             raise ValueError(
                 f"sigma_noise={self.sigma_noise!r} (in units of {unit}) is too small for the "

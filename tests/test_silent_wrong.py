@@ -347,3 +347,17 @@ def test_random_nets_property(depth, width, activation, freeze, residual, task, 
     clone = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(
         (clone.predict_proba if task != "regression" else clone.predict)(X), ref)
+
+
+def test_frozen_regressor_predicts_in_the_units_it_was_trained_on():
+    # normalize_y (the default) must not reinterpret a post-hoc net's outputs as
+    # standardized targets
+    rng = np.random.RandomState(0)
+    X = rng.randn(80, 3).astype(np.float32)
+    y = (300 + 50 * X[:, 0] + 5 * rng.randn(80)).astype(np.float32)
+    net = NeuralNetRegressor(nn.Sequential(nn.Linear(3, 1)), max_epochs=200, lr=0.5,
+                             train_split=None, verbose=0).fit(X, y.reshape(-1, 1))
+    for normalize_y in (True, False):
+        est = LaplaceRegressor(FrozenEstimator(net), normalize_y=normalize_y).fit(X, y)
+        np.testing.assert_allclose(est.predict(X), net.predict(X)[:, 0], rtol=1e-5)
+        assert est.score(X, y) > 0.9
