@@ -369,6 +369,8 @@ class BaseLaplace(BaseEstimator):
         in training, curvature, evidence and the held-out NLL (split with the rows).
         """
         self._validate_params()
+        for stale in ("validation_nll_", "evidence_history_"):  # of an earlier fit, other tuning
+            self.__dict__.pop(stale, None)
         rng = check_seed("random_state", self.random_state)
         train_seed, self._prediction_seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
         net, frozen, likelihood = self._prepare_net(X.shape[1], n_outputs)

@@ -169,3 +169,11 @@ def test_auto_holds_out_only_when_enough_rows():
     assert LaplaceRegressor(**FAST).fit(X, y.astype(float)).hyperparameter_tuning_ == "online"
     assert LaplaceRegressor(subset_of_weights="last_layer", **FAST).fit(
         X, y.astype(float)).hyperparameter_tuning_ == "evidence"
+
+
+def test_refit_with_other_tuning_drops_the_held_out_score():
+    X, y = _clf_data(n=80)
+    est = LaplaceClassifier(hyperparameter_tuning="cv", **FAST).fit(X, y)
+    assert hasattr(est, "validation_nll_")
+    est.set_params(hyperparameter_tuning="evidence").fit(X, y)
+    assert not hasattr(est, "validation_nll_")
