@@ -347,6 +347,7 @@ class BaseLaplace(BaseEstimator):
         A user's net is initialized once (on a copy, with the global RNG restored)
         to check its output width against the task before any training.
         """
+        self._all_linear = True  # every trainable tensor in an nn.Linear (Kronecker factors)
         if self.net is None:
             sizes, d_in = [], X.shape[1]
             for h in (*self.hidden_layer_sizes, n_outputs):
@@ -356,6 +357,10 @@ class BaseLaplace(BaseEstimator):
         with torch.random.fork_rng(devices=[]):
             module = clone(net).initialize().module_
         self._check_outputs(output_width(module, X))
+        try:
+            AllWeights(module).linear_layers()
+        except ValueError:
+            self._all_linear = False
         return _tensor_sizes(module)
 
     # ------------------------------------------------------------ fit
@@ -446,7 +451,7 @@ class BaseLaplace(BaseEstimator):
         if structure == "auto":
             cheap = full_structure_seconds(len(y_model), self._n_model_outputs,
                                            sum(sizes)) <= AUTO_FULL_SECONDS
-            structure = "full" if cheap else "kron"
+            structure = "full" if cheap else "kron" if self._all_linear else "diag"
         gaussian = self._likelihood_name == "gaussian"
         return [OnlineEvidence(
             self._likelihood_name, hessian_structure=structure, curvature=self.curvature,

@@ -361,3 +361,20 @@ def test_frozen_regressor_predicts_in_the_units_it_was_trained_on():
         est = LaplaceRegressor(FrozenEstimator(net), normalize_y=normalize_y).fit(X, y)
         np.testing.assert_allclose(est.predict(X), net.predict(X)[:, 0], rtol=1e-5)
         assert est.score(X, y) > 0.9
+
+
+def test_online_default_on_a_batchnorm_net_beyond_the_full_budget(monkeypatch):
+    # "auto" online structure: kron needs nn.Linear layers only; a BatchNorm net gets diag
+    import sklaplace._base as base
+
+    monkeypatch.setattr(base, "AUTO_FULL_SECONDS", 0.0)
+    rng = np.random.RandomState(0)
+    X = rng.randn(60, 4).astype(np.float32)
+    y = X[:, 0] + 0.1 * rng.randn(60)
+    module = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 1))
+    net = NeuralNetRegressor(module, max_epochs=10, train_split=None, verbose=0)
+    est = LaplaceRegressor(net, random_state=0).fit(X, y)
+    assert est.hyperparameter_tuning_ == "online" and est.evidence_history_
+    callback = next(cb for _, cb in est.net_.callbacks_ if hasattr(cb, "history_"))
+    assert callback.hessian_structure == "diag"
+    assert np.isfinite(est.predict(X)).all()
