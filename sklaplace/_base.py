@@ -33,7 +33,7 @@ from .holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_sp
                       variance_path)
 from .likelihoods import LIKELIHOODS
 from .online import OnlineEvidence
-from .subsets import AllWeights, LastLayer, Subnetwork, named_params
+from .subsets import AllWeights, LastLayer, Subnetwork, _to_module, named_params
 
 AUTO_FULL_MAX_PARAMS = 5000
 AUTO_LAST_LAYER_FULL_MAX = 2000
@@ -213,11 +213,16 @@ def _auto_structure(module, n_rows, n_out, n_params, fits):
     """
     if fits and full_structure_seconds(n_rows, n_out, n_params) <= AUTO_FULL_SECONDS:
         return "all", "full"
+    return ("all", "kron") if _all_linear(module) else ("last_layer", "auto")
+
+
+def _all_linear(module):
+    """Whether every trainable tensor sits in an ``nn.Linear`` (our Kronecker factors)."""
     try:
         AllWeights(module).linear_layers()
     except ValueError:
-        return "last_layer", "auto"
-    return "all", "kron"
+        return False
+    return True
 
 
 def output_width(module, X):
@@ -226,11 +231,7 @@ def output_width(module, X):
     module.eval()
     try:
         with torch.no_grad():
-            for p in module.parameters():
-                x = torch.as_tensor(np.asarray(X[:2])).to(device=p.device, dtype=p.dtype)
-                break
-            else:
-                x = torch.as_tensor(np.asarray(X[:2]))
+            x = _to_module(torch.as_tensor(np.asarray(X[:2])), module)
             out = module(x)
     finally:
         module.train(training)
@@ -347,7 +348,7 @@ class BaseLaplace(BaseEstimator):
         A user's net is initialized once (on a copy, with the global RNG restored)
         to check its output width against the task before any training.
         """
-        self._all_linear = True  # every trainable tensor in an nn.Linear (Kronecker factors)
+        self._all_linear = True  # the default MLP: nn.Linear layers only
         if self.net is None:
             sizes, d_in = [], X.shape[1]
             for h in (*self.hidden_layer_sizes, n_outputs):
@@ -357,10 +358,7 @@ class BaseLaplace(BaseEstimator):
         with torch.random.fork_rng(devices=[]):
             module = clone(net).initialize().module_
         self._check_outputs(output_width(module, X))
-        try:
-            AllWeights(module).linear_layers()
-        except ValueError:
-            self._all_linear = False
+        self._all_linear = _all_linear(module)
         return _tensor_sizes(module)
 
     # ------------------------------------------------------------ fit

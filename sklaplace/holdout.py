@@ -99,28 +99,15 @@ def one_standard_error_choice(losses, weights=None):
         the standard error of the per-row differences to it.
     """
     losses = np.asarray(losses, dtype=float)
-    if weights is not None:
-        return _weighted_one_standard_error_choice(losses, np.asarray(weights, dtype=float))
-    means = losses.mean(axis=1)
-    best = int(np.argmin(means))
-    n_rows = losses.shape[1]
-    for index in range(len(losses) - 1, best, -1):
-        diff = losses[index] - losses[best]
-        se = diff.std(ddof=1) / np.sqrt(n_rows) if n_rows > 1 else 0.0
-        if diff.mean() <= se:
-            return index
-    return best
-
-
-def _weighted_one_standard_error_choice(losses, weights):
+    weights = np.ones(losses.shape[1]) if weights is None else np.asarray(weights, dtype=float)
     total = weights.sum()
     means = losses @ weights / total
     best = int(np.argmin(means))
     for index in range(len(losses) - 1, best, -1):
         diff = losses[index] - losses[best]
         mean = diff @ weights / total
-        se = (np.sqrt((weights @ (diff - mean) ** 2) / (total - 1) / total)
-              if total > 1 else 0.0)
+        # standard error of the mean of the rows duplicated by their weights (Σ w rows)
+        se = np.sqrt(weights @ (diff - mean) ** 2 / (total - 1) / total) if total > 1 else 0.0
         if mean <= se:
             return index
     return best
