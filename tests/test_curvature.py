@@ -28,7 +28,7 @@ from sklaplace.curvature import compute_posterior, noise_power
 from sklaplace.evidence import LOG_PRIOR_BOUNDS, Evidence, maximize_evidence
 from sklaplace.likelihoods import LIKELIHOODS
 from sklaplace.posterior import EigenPosterior
-from _references import ref_lambda
+from _references import random_targets, ref_lambda
 
 from sklaplace import subsets as subsets_module
 from sklaplace.subsets import AllWeights, LastLayer, Subnetwork
@@ -49,14 +49,7 @@ def make_net(n_out, bias_last=True, seed=0):
 def make_data(lik, n_rows, seed=1):
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(n_rows, 3, generator=g, dtype=DT)
-    C = N_OUT[lik]
-    if lik == "categorical":
-        y = torch.randint(0, C, (n_rows,), generator=g)
-    elif lik == "bernoulli":
-        y = torch.randint(0, 2, (n_rows,), generator=g).to(DT)
-    else:
-        y = torch.randn(n_rows, C, generator=g, dtype=DT)
-    return X, y
+    return X, random_targets(lik, n_rows, N_OUT[lik], g)
 
 
 def out_scale_for(lik, unit=False):

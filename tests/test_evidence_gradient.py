@@ -27,6 +27,8 @@ from sklaplace.likelihoods import LIKELIHOODS
 from sklaplace.posterior import EigenPosterior
 from sklaplace.subsets import AllWeights
 
+from _references import random_targets
+
 DT = torch.float64
 N_OUT = {"categorical": 3, "bernoulli": 1, "gaussian": 2}
 N_FEATURES = 3
@@ -70,12 +72,7 @@ def _problem(net, lik, structure):
         for p in module.parameters():
             p.mul_(1.5)
     X = torch.randn(n_rows, N_FEATURES, generator=gen, dtype=DT)
-    if lik == "categorical":
-        y = torch.randint(0, C, (n_rows,), generator=gen)
-    elif lik == "bernoulli":
-        y = torch.randint(0, 2, (n_rows,), generator=gen).to(DT)
-    else:
-        y = torch.randn(n_rows, C, generator=gen, dtype=DT)
+    y = random_targets(lik, n_rows, C, gen)
     subset = AllWeights(module)
     likelihood = LIKELIHOODS[lik]()
     rank = 5 if structure == "lowrank" else None
