@@ -131,7 +131,7 @@ def backpack_diag(subset, likelihood, X, y, out_scale, chunk=4096, weight=None):
     prepared = _prepare(subset, likelihood, out_scale)
     if prepared is None:
         return None
-    h = torch.zeros(subset.n_params, dtype=X.dtype)
+    h = torch.zeros(subset.n_params, dtype=X.dtype, device=X.device)
     for Xg, w in _weight_groups(X, weight):
         part = torch.zeros_like(h)
         done = 0

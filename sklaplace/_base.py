@@ -269,6 +269,7 @@ class BaseLaplace(BaseEstimator):
         ):
             raise ValueError(f"hidden_layer_sizes must be a tuple of positive integers, got {sizes!r}.")
         positive_array("prior_precision", self.prior_precision)
+        nets.check_device_name(self.device, "device")
         fraction = self.validation_fraction
         if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not (
                 0 < fraction < 1):
@@ -317,7 +318,8 @@ class BaseLaplace(BaseEstimator):
         net = self.net
         if net is None:
             return (nets.default_net(n_features, n_outputs, self.hidden_layer_sizes,
-                                     self.max_epochs, self.lr, self.batch_size, self.verbose),
+                                     self.max_epochs, self.lr, self.batch_size, self.verbose,
+                                     device=self.device),
                     None, None)
         if isinstance(net, FrozenEstimator):
             inner = net.estimator
@@ -337,6 +339,12 @@ class BaseLaplace(BaseEstimator):
         likelihood = nets.likelihood_of(net)
         nets.check_no_weight_decay(net)
         nets.check_device(net)
+        if str(torch.device(self.device)) != "cpu" and str(torch.device(self.device)) != str(
+                torch.device(net.get_params().get("device") or "cpu")):
+            raise ValueError(
+                f"device={self.device!r} applies to the default MLP (net=None); the given "
+                f"skorch net has device={net.get_params().get('device')!r}. Set the device on "
+                "the skorch net instead.")
         net_copy = clone(net)
         for key in [k for k in vars(net_copy) if k.startswith("criterion__")]:
             delattr(net_copy, key)
@@ -461,13 +469,18 @@ class BaseLaplace(BaseEstimator):
         )]
 
     # ------------------------------------------------------------ the LA
+    @property
+    def _la_device(self):
+        """The device of the trained net's parameters: where the LA runs."""
+        return nets.module_device(self.net_.module_)
+
     def _la_module(self):
-        """A float64 CPU copy of the trained module: the LA always runs there in float64.
+        """A float64 copy of the trained module on its own device: the LA runs there.
 
         Parameters that do not require gradients were not trained: they stay constants
         (not under the posterior, no prior), as in laplace-torch.
         """
-        return copy.deepcopy(self.net_.module_).to("cpu", torch.float64).eval()
+        return copy.deepcopy(self.net_.module_).to(self._la_device, torch.float64).eval()
 
     def _resolve_subset(self, module, X, y, out_scale, n_out, weight=None):
         kind, structure = self.subset_of_weights, self.hessian_structure
@@ -506,7 +519,7 @@ class BaseLaplace(BaseEstimator):
             delta = self._subset_prior(everything, self.prior_precision)
             sigma = torch.as_tensor(self._initial_sigma(out_scale.numel()), dtype=torch.float64)
             var = diag.set_prior(delta, self._curvature_scale(sigma)).marginal_variance()
-            return torch.argsort(var, descending=True)[:spec].numpy()
+            return torch.argsort(var.cpu(), descending=True)[:spec].numpy()
         if isinstance(spec, (list, tuple)) and spec and all(isinstance(s, str) for s in spec):
             return Subnetwork.indices_from_names(module, list(spec))
         raise ValueError(f"subnetwork must be a positive int or a list of parameter names, got {spec!r}.")
@@ -530,17 +543,20 @@ class BaseLaplace(BaseEstimator):
     def _subset_prior(self, subset, prior):
         """Whole-net prior → 0-d tensor or one value per Laplace weight."""
         arr = np.asarray(prior, dtype=float)
+        device = subset.theta.device
         if arr.ndim == 0:
-            return torch.tensor(float(arr), dtype=torch.float64)
-        return torch.as_tensor(expand_prior(arr, _tensor_sizes(subset.module))[subset.whole_index])
+            return torch.tensor(float(arr), dtype=torch.float64, device=device)
+        return torch.as_tensor(expand_prior(arr, _tensor_sizes(subset.module))[subset.whole_index],
+                               device=device)
 
     def _fit_laplace(self, X, y_model, sigma0, y_scale, validation=None, chosen=None,
                      sample_weight=None):
         module = self._la_module()
-        Xt = torch.tensor(np.asarray(X), dtype=torch.float64)
-        yt = torch.as_tensor(np.ascontiguousarray(y_model))
+        device = self._la_device
+        Xt = torch.tensor(np.asarray(X), dtype=torch.float64, device=device)
+        yt = torch.as_tensor(np.ascontiguousarray(y_model), device=device)
         wt = None if sample_weight is None else torch.as_tensor(sample_weight,
-                                                                 dtype=torch.float64)
+                                                                 dtype=torch.float64, device=device)
         # Rows in the evidence's normalizer: N, or Σ w (integer weights = duplicated rows).
         n_rows = len(Xt) if wt is None else float(wt.sum())
         likelihood = self._likelihood()
@@ -549,7 +565,8 @@ class BaseLaplace(BaseEstimator):
         self._check_outputs(n_out)
         sigma_init = torch.as_tensor(np.asarray(sigma0, dtype=float), dtype=torch.float64)
         vector_sigma = self._likelihood_name == "gaussian" and sigma_init.dim() > 0
-        out_scale = 1.0 / sigma_init if vector_sigma else torch.ones(n_out, dtype=torch.float64)
+        out_scale = (1.0 / sigma_init if vector_sigma
+                     else torch.ones(n_out, dtype=torch.float64)).to(device)
         subset, kind, structure = self._resolve_subset(module, Xt, yt, out_scale, n_out, wt)
         if structure == "kron" and (self.prior_structure == "diag" or not self._prior_per_tensor()):
             raise ValueError(
@@ -647,7 +664,7 @@ class BaseLaplace(BaseEstimator):
         n = len(X)
         size = n if self.gp_subset_size is None else min(int(self.gp_subset_size), n)
         rows = np.sort(np.random.RandomState(self._prediction_seed).choice(n, size, replace=False))
-        w = torch.ones(n, dtype=torch.float64) if weight is None else weight
+        w = torch.ones(n, dtype=torch.float64, device=X.device) if weight is None else weight
         scaled = w[rows] * (w.sum() / w[rows].sum())  # the subset carries all the data's weight
         self._log(f"GP predictive on {size} of {n} rows")
         posterior = compute_posterior("full", subset, likelihood, X[rows], y[rows], out_scale,
@@ -674,7 +691,7 @@ class BaseLaplace(BaseEstimator):
 
     def _tune(self, evidence, subset, sigma, y_model, sample_weight=None):
         """Bounded maximisation of the evidence; returns (whole-net prior, σ tensor)."""
-        start = self._subset_prior(subset, self.prior_precision).expand(subset.n_params)
+        start = self._subset_prior(subset, self.prior_precision).cpu().expand(subset.n_params)
         if self.prior_structure == "scalar":
             free = np.zeros(subset.n_params, dtype=int)
         elif self.prior_structure == "layerwise":
@@ -689,7 +706,7 @@ class BaseLaplace(BaseEstimator):
 
         log_sigma0 = floor = None
         if evidence.gaussian:
-            log_sigma0 = np.log(sigma.numpy())
+            log_sigma0 = np.log(sigma.cpu().numpy())
             spread = weighted_spread(np.asarray(y_model).reshape(len(y_model), -1),
                                      sample_weight, axis=0)
             floor = 1e-3 * np.maximum(spread, 1e-12)
@@ -712,8 +729,8 @@ class BaseLaplace(BaseEstimator):
 
         With row weights the held-out NLL and its standard error are those of the
         rows duplicated by their weights (weighted means, Σ w rows)."""
-        Xv = torch.as_tensor(np.asarray(X_val), dtype=torch.float64)
-        yv = torch.as_tensor(np.ascontiguousarray(y_val))
+        Xv = torch.as_tensor(np.asarray(X_val), dtype=torch.float64, device=self._la_device)
+        yv = torch.as_tensor(np.ascontiguousarray(y_val), device=self._la_device)
         deltas = 10.0 ** LOG10_PRIOR_GRID
         with torch.no_grad():
             f, J = subset.jacobians(Xv)
@@ -740,8 +757,8 @@ class BaseLaplace(BaseEstimator):
     def _held_out_gaussian(self, f, cov, y, evidence, floor, weight=None):
         """Per-row held-out Gaussian NLL at the best σ (bounded 1-D search) for
         Σ = (H + ρI)⁻¹/s(σ); returns (losses (n·C,), σ)."""
-        r2 = ((y.reshape(f.shape) - f) ** 2).numpy().ravel()
-        v = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0).numpy().ravel()
+        r2 = ((y.reshape(f.shape) - f) ** 2).cpu().numpy().ravel()
+        v = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0).cpu().numpy().ravel()
 
         def losses(log_sigma):
             sigma = np.exp(log_sigma)
@@ -805,12 +822,14 @@ class BaseLaplace(BaseEstimator):
     # ------------------------------------------------------------ prediction
     def _X_tensor(self, X):
         X = validate_predict_X(self, X)
+        device = self._la_device
         if X.dtype == np.float64 and X.flags.c_contiguous and X.flags.writeable:
-            return torch.from_numpy(X)  # shared, not copied: prediction never writes into X
-        return torch.tensor(X, dtype=torch.float64)
+            # shared, not copied, on the CPU: prediction never writes into X
+            return torch.from_numpy(X).to(device)
+        return torch.tensor(X, dtype=torch.float64, device=device)
 
     def _row_chunks(self, n_rows, moments=False):
-        per_row = self._subset.row_bytes(self._n_model_outputs, moments)
+        per_row = self._subset.row_bytes(self._n_model_outputs, moments, self._posterior)
         size = max(1, PREDICT_CHUNK_BYTES // per_row)
         return [slice(s, min(s + size, n_rows)) for s in range(0, n_rows, size)]
 
@@ -944,6 +963,13 @@ ONLINE_DOC = """
         log hyperparameters (Immer et al. 2021, Alg. 1).
     online_lr : float, default=0.1
         Online tuning: Adam learning rate of the K steps.
+    device : str or torch.device, default="cpu"
+        Where the default MLP (``net=None``) trains, as skorch's ``device``
+        ("cpu", "cuda", "cuda:1"). A skorch net keeps its own ``device`` (set it
+        there); a ``FrozenEstimator``'s net stays where its parameters are. The
+        Laplace approximation (curvature, decompositions, evidence tuning, the
+        predictive) runs on the device of the trained net's parameters, in
+        float64, and only the final arrays come back to the CPU as numpy.
     memory : None, str or joblib.Memory, default=None
         Caches the trained MAP network, keyed on the net, the training prior,
         the data and ``random_state``: refits that change only Laplace

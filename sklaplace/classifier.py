@@ -89,7 +89,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
                  temperature=1.0,
                  class_weight=None,
                  online_frequency=5, online_burn_in=0, online_steps=None, online_lr=0.1,
-                 memory=None, random_state=None, verbose=0):
+                 device="cpu", memory=None, random_state=None, verbose=0):
         self.net = net
         self.hidden_layer_sizes = hidden_layer_sizes
         self.max_epochs = max_epochs
@@ -114,6 +114,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         self.online_burn_in = online_burn_in
         self.online_steps = online_steps
         self.online_lr = online_lr
+        self.device = device
         self.memory = memory
         self.random_state = random_state
         self.verbose = verbose
@@ -240,9 +241,9 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             if samples is not None:
                 samples = torch.cat([-samples / 2, samples / 2], dim=2)
         return LogitGaussianPrediction(
-            logit_mean=mean.numpy(), logit_cov=cov.numpy(), link=link, n_samples=self.n_samples,
-            seed=self._prediction_seed, single_logit=single,
-            logit_samples=None if samples is None else samples.numpy(),
+            logit_mean=mean.cpu().numpy(), logit_cov=cov.cpu().numpy(), link=link,
+            n_samples=self.n_samples, seed=self._prediction_seed, single_logit=single,
+            logit_samples=None if samples is None else samples.cpu().numpy(),
         )
 
     def predict_proba(self, X):
@@ -265,7 +266,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         """Predictive probabilities of the GLM moments (tensors) under ``link_approx``."""
         if self.link_approx == "probit":
             # predict_dist(X).proba() without building the logit Gaussian: same numbers.
-            mean, cov = mean.numpy(), cov.numpy()
+            mean, cov = mean.cpu().numpy(), cov.cpu().numpy()
             if self._likelihood_name == "bernoulli":
                 return binary_probit_proba(mean[:, 0], np.maximum(cov[:, 0, 0], 0.0))
             return probit_proba(mean, centered_logit_var(cov))
@@ -274,7 +275,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     def _held_out_nll(self, f, cov, y):
         """Negative log predictive probability of each label of ``y`` (encoded)."""
         proba = self._proba_from_moments(f, cov)
-        picked = proba[np.arange(len(proba)), y.numpy().astype(int)]
+        picked = proba[np.arange(len(proba)), y.cpu().numpy().astype(int)]
         return -np.log(np.maximum(picked, np.finfo(float).tiny))
 
     def predict_log_proba(self, X):
@@ -306,4 +307,4 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         -------
         samples : ndarray of shape (n_samples, n_rows, n_outputs)
         """
-        return self._function_samples(X, n_samples, random_state).numpy()
+        return self._function_samples(X, n_samples, random_state).cpu().numpy()

@@ -30,6 +30,7 @@ import time
 import torch
 
 from .posterior import DiagPosterior, EigenPosterior, KronPosterior
+from .subsets import preactivation_hooks, single_pass
 
 DEFAULT_MEMORY_BUDGET = 4 * 2**30
 
@@ -144,7 +145,7 @@ def full_curvature(
         return EigenPosterior.from_factor(U, rank=rank, structure=structure)
     check_budget(8 * P * P * 2, f"The {structure} curvature matrix", budget,
                  "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
-    H = torch.zeros(P, P, dtype=X.dtype)
+    H = torch.zeros(P, P, dtype=X.dtype, device=X.device)
     for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight):
         H += torch.einsum("npk,nqk->pq", JF, JF)
     _report(f"eigendecomposition of the {P} × {P} curvature ...")
@@ -164,35 +165,18 @@ def _preactivation_factors(subset, layers, likelihood, X, y, out_scale, curvatur
     input row per data row.  With ``weight`` the factors carry √w_n (the inputs do not).
     """
     for sl in _chunks(X.shape[0], chunk):
-        inputs, eps, calls = {}, {}, [0] * len(layers)
-
-        def hook(module, inp, out, i):
-            calls[i] += 1
-            inputs[i] = inp[0].detach()
-            eps[i] = torch.zeros_like(out, requires_grad=True)
-            return out + eps[i]
-
-        handles = [
-            layer.register_forward_hook(lambda m, inp, out, i=i: hook(m, inp, out, i))
-            for i, (layer, _, _) in enumerate(layers)
-        ]
-        try:
-            with torch.enable_grad():
-                f = subset.module(X[sl]).reshape(sl.stop - sl.start, -1)
-                F = _row_factors(likelihood, f.detach(), y[sl], out_scale, curvature,
-                                 _rows(weight, sl))
-                targets = [eps[i] for i in range(len(layers))]
-                factors = [
-                    torch.autograd.grad((f * F[:, :, k]).sum(), targets,
-                                        retain_graph=k + 1 < F.shape[2])
-                    for k in range(F.shape[2])
-                ]
-        finally:
-            for handle in handles:
-                handle.remove()
+        with preactivation_hooks(layers) as (inputs, eps, calls), torch.enable_grad():
+            f = subset.module(X[sl]).reshape(sl.stop - sl.start, -1)
+            F = _row_factors(likelihood, f.detach(), y[sl], out_scale, curvature,
+                             _rows(weight, sl))
+            targets = [eps[i] for i in range(len(layers))]
+            factors = [
+                torch.autograd.grad((f * F[:, :, k]).sum(), targets,
+                                    retain_graph=k + 1 < F.shape[2])
+                for k in range(F.shape[2])
+            ]
         a = [inputs[i] for i in range(len(layers))]
-        single_pass = all(c == 1 for c in calls) and all(x.dim() == 2 for x in a)
-        yield a, factors, single_pass, sl
+        yield a, factors, single_pass(inputs, calls), sl
 
 
 def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096, weight=None):
@@ -207,11 +191,10 @@ def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096, wei
         layers = subset.linear_layers()
     except ValueError:
         return None
-    h = torch.zeros(subset.n_params, dtype=X.dtype)
-    for a, factors, single_pass, _ in _preactivation_factors(subset, layers, likelihood, X, y,
-                                                              out_scale, curvature, chunk,
-                                                              weight):
-        if not single_pass:
+    h = torch.zeros(subset.n_params, dtype=X.dtype, device=X.device)
+    for a, factors, simple, _ in _preactivation_factors(subset, layers, likelihood, X, y,
+                                                         out_scale, curvature, chunk, weight):
+        if not simple:
             return None
         for grads in factors:
             for (_, w, b), B, a_i in zip(layers, grads, a):
@@ -232,7 +215,7 @@ def diag_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", weight=
             h = backpack_diag(subset, likelihood, X, y, out_scale, weight=weight)
         if h is not None:
             return DiagPosterior(h)
-    h = torch.zeros(subset.n_params, dtype=X.dtype)
+    h = torch.zeros(subset.n_params, dtype=X.dtype, device=X.device)
     for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight):
         h += (JF**2).sum((0, 2))
     return DiagPosterior(h)
@@ -300,8 +283,8 @@ def _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk=4096,
     """Last layer f = Wφ + b: B_n = F_n exactly, so G = Σ F_n F_nᵀ and A = Σ φφᵀ / N
     (weighted: A = Σ w_n φφᵀ / Σ w_n)."""
     C, H = subset.n_out, subset.n_features
-    G = torch.zeros(C, C, dtype=X.dtype)
-    A = torch.zeros(H, H, dtype=X.dtype)
+    G = torch.zeros(C, C, dtype=X.dtype, device=X.device)
+    A = torch.zeros(H, H, dtype=X.dtype, device=X.device)
     for sl in _chunks(X.shape[0], chunk):
         phi = subset.features(X[sl])
         F = _row_factors(likelihood, subset.forward(X[sl], features=phi), y[sl], out_scale,

@@ -27,7 +27,8 @@ def group_sums(theta, index, n_groups):
     """(number of weights, Σ θ²) of each group of ``index``."""
     with torch.no_grad():
         counts = torch.bincount(index, minlength=n_groups).to(theta.dtype)
-        squares = torch.zeros(n_groups, dtype=theta.dtype).index_add_(0, index, theta**2)
+        squares = torch.zeros(n_groups, dtype=theta.dtype, device=theta.device).index_add_(
+            0, index, theta**2)
     return counts, squares
 
 
@@ -91,9 +92,17 @@ class Evidence:
             self._sums_cache = cached
         return cached[2]
 
+    def _on_device(self, index):
+        """``index`` on θ's device, the same tensor for the same ``index`` (caches key on it)."""
+        cached = self.__dict__.get("_index_cache")
+        if cached is None or cached[0] is not index:
+            cached = self._index_cache = (index, index.to(self.theta.device))
+        return cached[1]
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_sums_cache", None)
+        state.pop("_index_cache", None)
         return state
 
     @property
@@ -117,6 +126,10 @@ class Evidence:
         lets the full and low-rank structures differentiate per group (O(L r²))
         instead of per weight (O(P r²)).
         """
+        device = self.theta.device  # the hyperparameters come from the optimizer (CPU)
+        delta = delta.to(device)
+        sigma = None if sigma is None else torch.as_tensor(sigma).to(device)
+        index = None if index is None else self._on_device(index)
         if self.gaussian:
             loglik = gaussian_log_likelihood(self.sse, self.n_rows, sigma) / self.temperature
         else:
@@ -227,7 +240,7 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
         if not analytic:
             return value.item()
         (grad,) = torch.autograd.grad(value, x)
-        return value.item(), grad.numpy()
+        return value.item(), grad.cpu().numpy()
 
     with _single_threaded_blas():
         result = minimize(objective, np.asarray(x0, dtype=float), jac=analytic,

@@ -103,7 +103,11 @@ class MAPLoss(nn.Module):
         if not self._params:
             return 0.0
         theta = torch.cat([p.reshape(-1) for p in self._params])
-        delta = self.prior_precision.to(theta)
+        cached = self.__dict__.get("_delta_cache")
+        if cached is None or cached[0] is not self.prior_precision or cached[1].device != theta.device:
+            cached = (self.prior_precision, self.prior_precision.to(theta))
+            self._delta_cache = cached  # one copy per device, not one per batch
+        delta = cached[1]
         return 0.5 * (delta * theta**2).sum() / self.n_train
 
     def forward(self, y_pred, y_true):
@@ -148,17 +152,40 @@ def check_no_weight_decay(net):
         )
 
 
+def check_device_name(device, what="The net's device"):
+    """Refuse a device torch cannot use here (unknown name, CUDA absent), naming it."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"{what} must be a torch device such as 'cpu' or 'cuda', got "
+                         f"{device!r}.") from error
+    if parsed.type == "cuda":
+        available = torch.cuda.is_available()
+        if not available or (parsed.index is not None
+                             and parsed.index >= torch.cuda.device_count()):
+            raise ValueError(
+                f"{what} is {device!r} but torch has no CUDA device of that index here "
+                f"(torch {torch.__version__}, cuda available: {available}, "
+                f"{torch.cuda.device_count() if available else 0} device(s)); use device='cpu'."
+            )
+    elif parsed.type != "cpu":
+        raise ValueError(f"{what} must be 'cpu' or a CUDA device, got {device!r}.")
+
+
 def check_device(net):
     """Refuse a CUDA device when torch has no CUDA, naming the device."""
-    device = str(net.get_params().get("device", "cpu") or "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(
-            f"The net's device is {device!r} but torch has no CUDA device here "
-            f"(torch {torch.__version__}, cuda available: False); use device='cpu'."
-        )
+    check_device_name(net.get_params().get("device", "cpu") or "cpu")
 
 
-def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch_size, verbose=0):
+def module_device(module):
+    """The device of a module's first parameter (or buffer); the CPU for neither."""
+    for tensor in (*module.parameters(), *module.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch_size, verbose=0,
+                device="cpu"):
     return NeuralNet(
         module=MLP,
         module__n_features=n_features,
@@ -171,6 +198,7 @@ def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch
         batch_size=batch_size,
         train_split=None,
         verbose=int(verbose),
+        device=device,
     )
 
 

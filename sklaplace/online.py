@@ -18,6 +18,7 @@ from skorch.callbacks import Callback
 from .curvature import compute_posterior
 from .evidence import LOG_PRIOR_BOUNDS, Evidence, maximize_evidence
 from .likelihoods import LIKELIHOODS
+from .nets import module_device
 from .subsets import AllWeights
 
 
@@ -94,12 +95,13 @@ class OnlineEvidence(Callback):
             return
         if not all(torch.isfinite(p).all() for p in net.module_.parameters()):
             return  # a diverged net has no curvature; train_map reports the divergence
-        module = copy.deepcopy(net.module_).to("cpu", torch.float64).eval()
-        X = torch.as_tensor(dataset_train.X).to("cpu", torch.float64)
-        y = torch.as_tensor(dataset_train.y).cpu()
+        device = module_device(net.module_)  # the LA runs where the net is
+        module = copy.deepcopy(net.module_).to(device, torch.float64).eval()
+        X = torch.as_tensor(dataset_train.X).to(device, torch.float64)
+        y = torch.as_tensor(dataset_train.y).to(device)
         weight = None
         if self.sample_weight is not None:  # drop the weight column of the training targets
-            weight = torch.as_tensor(self.sample_weight, dtype=torch.float64)
+            weight = torch.as_tensor(self.sample_weight, dtype=torch.float64, device=device)
             y = y.reshape(len(y), -1)[:, :-1]
             if self.likelihood != "gaussian":
                 y = y[:, 0]
@@ -155,7 +157,8 @@ class OnlineEvidence(Callback):
             # a scalar prior's evidence needs the spectrum only (no eigenvectors)
             spectrum = self.prior_structure == "scalar" and self.hessian_structure == "full"
             posterior = compute_posterior(self.hessian_structure, subset, likelihood, X, y,
-                                          torch.ones(n_out, dtype=torch.float64),
+                                          torch.ones(n_out, dtype=torch.float64,
+                                                     device=X.device),
                                           self.curvature, self.lowrank_rank, weight=weight,
                                           eigenvalues_only=spectrum)
             f = subset.forward(X)
@@ -178,13 +181,13 @@ class OnlineEvidence(Callback):
             index = torch.as_tensor(subset.group_index)
         else:
             index = torch.arange(subset.n_params)
-        start = prior_precision.to(torch.float64).expand(subset.n_params)
+        start = prior_precision.to("cpu", torch.float64).expand(subset.n_params)
         n_free = int(index.max()) + 1
         counts = torch.bincount(index, minlength=n_free).to(torch.float64)
         log_delta = torch.zeros(n_free, dtype=torch.float64).index_add_(0, index, start.log())
         log_delta = (log_delta / counts).requires_grad_(True)
         params = [log_delta]
-        sigma0 = sigma_noise.to(torch.float64)
+        sigma0 = sigma_noise.to("cpu", torch.float64)
         if sigma0.dim() > 0 and sigma0.numel() > 1:
             raise ValueError("hyperparameter_tuning='online' supports a scalar sigma_noise only.")
         if self.n_steps is None:

@@ -86,7 +86,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
                  pred_type="glm", gp_subset_size=None, n_samples=100, temperature=1.0,
                  sigma_noise=1.0,
                  normalize_y=True, online_frequency=5, online_burn_in=0, online_steps=None,
-                 online_lr=0.1, memory=None, random_state=None, verbose=0):
+                 online_lr=0.1, device="cpu", memory=None, random_state=None, verbose=0):
         self.net = net
         self.hidden_layer_sizes = hidden_layer_sizes
         self.max_epochs = max_epochs
@@ -111,6 +111,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         self.online_burn_in = online_burn_in
         self.online_steps = online_steps
         self.online_lr = online_lr
+        self.device = device
         self.memory = memory
         self.random_state = random_state
         self.verbose = verbose
@@ -223,7 +224,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         return torch.as_tensor(s / self._y_std, dtype=torch.float64)
 
     def _sigma_original(self, sigma):
-        s = sigma.numpy() * (self._y_std if sigma.dim() > 0 else self._y_std.mean())
+        s = sigma.cpu().numpy() * (self._y_std if sigma.dim() > 0 else self._y_std.mean())
         return float(s) if np.ndim(s) == 0 else np.asarray(s)
 
     def _initial_sigma(self, n_outputs):
@@ -272,9 +273,9 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         else:
             mean, cov = self._glm_moments(Xt)
             var = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0)
-        sigma = self._sigma_fit.expand(mean.shape[1]).numpy()
-        mean = mean.numpy() * self._y_std + self._y_mean
-        var = var.numpy() * self._y_std**2
+        sigma = self._sigma_fit.expand(mean.shape[1]).cpu().numpy()
+        mean = mean.cpu().numpy() * self._y_std + self._y_mean
+        var = var.cpu().numpy() * self._y_std**2
         noise = np.broadcast_to((sigma * self._y_std) ** 2, var.shape).copy()
         if self._y_ndim == 1:
             return mean[:, 0], var[:, 0], noise[:, 0]
@@ -321,5 +322,5 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         -------
         samples : ndarray of shape (n_samples, n_rows, n_outputs)
         """
-        f = self._function_samples(X, n_samples, random_state).numpy()
+        f = self._function_samples(X, n_samples, random_state).cpu().numpy()
         return f * self._y_std + self._y_mean

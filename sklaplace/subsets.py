@@ -10,6 +10,7 @@ given for the whole net (scalar, per tensor or per parameter) maps onto it.
 Subsets keep tensors and (parts of) the module, never hooks, so fitted estimators pickle.
 """
 
+import contextlib
 import threading
 
 import numpy as np
@@ -126,6 +127,60 @@ def _jacobian_moments(subset, X, posterior):
     return f, posterior.functional_variance(J)
 
 
+@contextlib.contextmanager
+def preactivation_hooks(layers):
+    """While active, record for every layer of ``layers`` ((module, ...) tuples) its
+    input, a zero tensor added to its output s (whose gradient is ∂·/∂s) and its
+    number of calls: ``(inputs, eps, calls)``, filled by each forward pass."""
+    inputs, eps, calls = {}, {}, [0] * len(layers)
+
+    def hook(module, inp, out, i):
+        calls[i] += 1
+        inputs[i] = inp[0].detach()
+        eps[i] = torch.zeros_like(out, requires_grad=True)
+        return out + eps[i]
+
+    handles = [layer.register_forward_hook(lambda m, inp, out, i=i: hook(m, inp, out, i))
+               for i, (layer, *_) in enumerate(layers)]
+    try:
+        yield inputs, eps, calls
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def single_pass(inputs, calls):
+    """Whether every layer ran once, on one input row per data row."""
+    return all(c == 1 for c in calls) and all(inputs[i].dim() == 2 for i in range(len(calls)))
+
+
+def _layer_moments(module, layers, X, posterior):
+    """MAP outputs and J Σ Jᵀ of a Kronecker or diagonal posterior over nn.Linear layers
+    without the (n, C, P) Jacobians: the Jacobian of output c for a layer with input a
+    and pre-activation s is g_c ⊗ a, g_c = ∂f_c/∂s (C backward passes), and the
+    posterior contracts those per layer (``layer_variance``), O(n·P + n·C²·Σ out).
+    None when a layer runs more than once or sees other than one row per data row.
+    """
+    n = X.shape[0]
+    with _FUNCTIONAL_CALL_LOCK, preactivation_hooks(layers) as (inputs, eps, calls):
+        with torch.enable_grad():
+            f = module(X).reshape(n, -1)
+            if not single_pass(inputs, calls):
+                return None
+            targets = [eps[i] for i in range(len(layers))]
+            C = f.shape[1]
+            grads = [torch.autograd.grad(f[:, c].sum(), targets, retain_graph=c + 1 < C,
+                                         allow_unused=True, materialize_grads=True)
+                     for c in range(C)]
+    var = 0
+    for i, (_, w, b) in enumerate(layers):
+        part = posterior.layer_variance(inputs[i], torch.stack([g[i] for g in grads], 1), w, b)
+        if part is None:
+            return None
+        var = var + part
+    return f.detach(), var
+
+
 class AllWeights:
     """All trainable parameters of the module."""
 
@@ -141,9 +196,24 @@ class AllWeights:
         self.whole_index = np.arange(self.n_params)
         self.group_index = np.repeat(np.arange(len(self.names)), np.diff(offsets))
 
-    def row_bytes(self, n_out, moments=False):
-        """Bytes per row of the largest prediction buffer, the Jacobians (n, C, P)."""
+    def row_bytes(self, n_out, moments=False, posterior=None):
+        """Bytes per row of the largest prediction buffer: the Jacobians (n, C, P), or
+        for the layer-wise moments the inputs and output gradients of the layers."""
+        layers = self._layers() if moments and hasattr(posterior, "layer_variance") else None
+        if layers:
+            widths = sum(layer.in_features + n_out * (n_out + 2) * layer.out_features
+                         for layer, *_ in layers)
+            return 8 * 2 * widths
         return 8 * n_out * self.n_params
+
+    def _layers(self):
+        """``linear_layers()``, or None when some parameter lies outside nn.Linear (cached)."""
+        if "_linear_cache" not in self.__dict__:
+            try:
+                self._linear_cache = self.linear_layers()
+            except ValueError:
+                self._linear_cache = None
+        return self._linear_cache
 
     def _unflatten(self, theta):
         params, start = {}, 0
@@ -172,7 +242,15 @@ class AllWeights:
         J = torch.cat([jac[k].reshape(n, jac[k].shape[1], -1) for k in self.names], dim=2)
         return self.forward(X), J
 
-    moments = _jacobian_moments
+    def moments(self, X, posterior):
+        """MAP outputs and J Σ Jᵀ: layer-wise for Kronecker and diagonal posteriors of
+        nets whose weights all sit in nn.Linear layers, else from the Jacobians."""
+        layers = self._layers() if hasattr(posterior, "layer_variance") else None
+        if layers:
+            out = _layer_moments(self.module, layers, X, posterior)
+            if out is not None:
+                return out
+        return _jacobian_moments(self, X, posterior)
 
     def linear_layers(self):
         """(module name, weight slice, bias slice or None) for every nn.Linear.
@@ -229,7 +307,9 @@ class LastLayer:
         self.has_bias = layer.bias is not None
         params = [layer.weight] + ([layer.bias] if self.has_bias else [])
         self.shapes = [tuple(p.shape) for p in params]
-        self.theta = torch.cat([p.detach().reshape(-1) for p in params]).to("cpu", torch.float64)
+        # float64 on the layer's device: the LA runs where the net is
+        self.theta = torch.cat([p.detach().reshape(-1) for p in params]).to(layer.weight.device,
+                                                                             torch.float64)
         self.n_params = self.theta.numel()
         self.map_weight, self.map_bias = self._split(self.theta)
         offsets = param_offsets(module)
@@ -255,10 +335,10 @@ class LastLayer:
                 self.module.train()
 
     def features(self, X):
-        """Penultimate features φ(X), the input of the last layer, like X (CPU, float64)."""
+        """Penultimate features φ(X), the input of the last layer, like X (float64)."""
         return self.native_features(X).to(device=X.device, dtype=X.dtype)
 
-    def row_bytes(self, n_out, moments=False):
+    def row_bytes(self, n_out, moments=False, posterior=None):
         """Bytes per row of the largest prediction buffer: features for the moments, else J."""
         if moments:
             return 8 * (self.n_features + n_out * (n_out + 1))
@@ -323,7 +403,7 @@ class Subnetwork:
         self.whole_index = self.indices.numpy()
         self.group_index = self._all.group_index[self.whole_index]
 
-    def row_bytes(self, n_out, moments=False):
+    def row_bytes(self, n_out, moments=False, posterior=None):
         """Bytes per row of the largest prediction buffer, the all-weights Jacobians."""
         return self._all.row_bytes(n_out)
 

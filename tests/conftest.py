@@ -16,3 +16,24 @@ def data_dir():
         return default_data_dir()
     except FileNotFoundError as exc:
         pytest.skip(f"offline benchmark data not available: {exc}")
+
+
+# SKLAPLACE_TEST_DEVICE=cuda runs the suite with the default MLP (net=None) on that
+# device, so the whole LA (curvature, tuning, predictive) runs there and the tests'
+# exact references check it. Unset (CI, CPU machines): nothing changes.
+TEST_DEVICE = os.environ.get("SKLAPLACE_TEST_DEVICE")
+
+
+@pytest.fixture(autouse=True)
+def _default_mlp_on_test_device(monkeypatch):
+    if TEST_DEVICE:
+        from sklaplace import nets
+
+        default_net = nets.default_net
+
+        def on_device(*args, **kwargs):
+            kwargs["device"] = TEST_DEVICE
+            return default_net(*args, **kwargs)
+
+        monkeypatch.setattr(nets, "default_net", on_device)
+    yield

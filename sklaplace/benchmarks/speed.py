@@ -25,6 +25,9 @@ two libraries interleaved run by run so that machine load hits both alike):
    after the decomposition, in sklaplace and laplace-torch.
 5. ``predict_proba`` with ``link_approx="bridge"`` against ``"mc"`` with 1000
    samples.
+6. ``scale`` (not in the default sections): fit and predict of both libraries at
+   N = ``--scale-rows`` on ``--device`` (default: cuda if present, else cpu); see
+   :mod:`sklaplace.benchmarks.scale`.
 
 Peak memory is the growth of the process's peak resident set size during a
 run (``VmHWM`` reset through ``/proc/self/clear_refs``; Linux only, else
@@ -532,8 +535,25 @@ def add_arguments(parser):
                              "shared machine)")
     parser.add_argument("--sections", nargs="+", default=["laplace", "map", "scaling",
                                                           "evidence", "bridge"],
-                        choices=["laplace", "map", "scaling", "evidence", "bridge"])
+                        choices=["laplace", "map", "scaling", "evidence", "bridge", "scale"])
+    parser.add_argument("--scale-rows", type=int, nargs="+", default=[100_000],
+                        help="scale section: training rows (one table per value)")
+    parser.add_argument("--device", default=None,
+                        help="scale section: torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--scale-configs", type=int, nargs="+", default=None,
+                        help="scale section: indices into scale.CONFIGS (default: all)")
+    parser.add_argument("--no-peer", action="store_true",
+                        help="scale section: skip laplace-torch")
     parser.add_argument("--out", default=None, help="write the markdown report here")
+
+
+def _scale_sections(args, missing, out):
+    from .scale import CONFIGS, section_scale
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    configs = None if args.scale_configs is None else [CONFIGS[i] for i in args.scale_configs]
+    for n_rows in args.scale_rows:
+        section_scale(out, n_rows, device, configs, peer=not (missing or args.no_peer))
 
 
 def main(args):
@@ -551,6 +571,7 @@ def main(args):
         "scaling": lambda: section_scaling(args.repeats, out),
         "evidence": lambda: section_evidence_alone(args.repeats, missing, out),
         "bridge": lambda: section_bridge(args.repeats, out),
+        "scale": lambda: _scale_sections(args, missing, out),
     }
     failed = False
     for name in args.sections:

@@ -23,6 +23,16 @@ class DiagPosterior:
     def functional_variance(self, J):
         return (J * self._var) @ J.transpose(1, 2)
 
+    def layer_variance(self, a, G, weight, bias):
+        """J Σ Jᵀ of one nn.Linear layer from its input ``a`` (n, in) and the output
+        gradients ``G`` (n, C, out) of its pre-activation (θ slices ``weight``, ``bias``):
+        output c's Jacobian is g_c ⊗ a, so the block is G diag(a² V_Wᵀ) Gᵀ."""
+        t = a.square() @ self._var[weight].reshape(G.shape[2], a.shape[1]).T
+        var = (G * t[:, None, :]) @ G.transpose(1, 2)
+        if bias is not None:
+            var = var + (G * self._var[bias]) @ G.transpose(1, 2)
+        return var
+
     def last_layer_variance(self, phi, n_out, has_bias, scratch=False):
         """J Σ Jᵀ for f = W φ + b without forming J (θ = [vec W, b]); ``phi`` is only read."""
         n_w = n_out * phi.shape[1]
@@ -32,7 +42,8 @@ class DiagPosterior:
         return torch.diag_embed(var)
 
     def sample(self, n_samples, generator):
-        z = torch.randn(n_samples, self.n_params, generator=generator, dtype=self.h.dtype)
+        z = torch.randn(n_samples, self.n_params, generator=generator,
+                        dtype=self.h.dtype).to(self.h.device)  # CPU draws: device-independent
         return z * self._var.sqrt()
 
     def marginal_variance(self):

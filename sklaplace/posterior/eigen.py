@@ -133,7 +133,8 @@ class EigenPosterior:
                 grams, starts = self._run_grams(cuts)
                 gram = torch.einsum("g,gij->ij", 1 / delta[index[starts]], grams)
         capacitance = gram * root[:, None] * root[None, :]
-        capacitance = capacitance + torch.eye(self.rank, dtype=capacitance.dtype)
+        capacitance = capacitance + torch.eye(self.rank, dtype=capacitance.dtype,
+                                               device=capacitance.device)
         return log_det_prior + _SPDLogDet.apply(capacitance)
 
     MAX_RUNS = 64
@@ -166,7 +167,7 @@ class EigenPosterior:
             edges = [0, *cuts, self.n_params]
             with torch.no_grad():
                 grams = torch.stack([self.V[a:b].T @ self.V[a:b] for a, b in zip(edges, edges[1:])])
-            cache[cuts] = (grams, torch.as_tensor(edges[:-1]))
+            cache[cuts] = (grams, torch.as_tensor(edges[:-1], device=self.V.device))
         return cache[cuts]
 
     def set_prior(self, delta, s):
@@ -218,7 +219,9 @@ class EigenPosterior:
         return torch.diag_embed(AAt) + (JM * shrink) @ JM.transpose(1, 2)
 
     def sample(self, n_samples, generator):
-        z = torch.randn(n_samples, self.n_params, generator=generator, dtype=self.V.dtype)
+        # drawn on the CPU (the generator's device): the same draws on every device
+        z = torch.randn(n_samples, self.n_params, generator=generator,
+                        dtype=self.V.dtype).to(self.V.device)
         zq = z @ self._Q
         if self._complete:
             return ((zq / (1 + self._omega2).sqrt()) @ self._Q.T) * self._d_inv_sqrt

@@ -121,6 +121,39 @@ class KronPosterior:
             var = var + (Jr * inv) @ Jr.transpose(1, 2)
         return var
 
+    def layer_variance(self, a, G, weight, bias):
+        """J Σ Jᵀ of one nn.Linear layer from its input ``a`` (n, in) and the gradients
+        ``G`` (n, C, out) of the outputs with respect to its pre-activation; ``weight``
+        and ``bias`` are the layer's slices of θ (bias None without one).
+
+        Output c's Jacobian is g_c ⊗ a; rotated, (Q_Gᵀ g_c) ⊗ (Q_Aᵀ a), so with
+        t_o = Σ_i (Q_Aᵀ a)_i² / (s g_o a_i + δ) the block gives G̃ diag(t) G̃ᵀ,
+        G̃ = G Q_G: O(n·in·out + n·C²·out). None when the blocks do not match the layer.
+        """
+        starts = self._block_starts()
+        block = starts.get(weight.start)
+        if block is None or block[0] != weight or len(block[1]) != 2:
+            return None
+        _, [(Q_G, _), (Q_A, _)], inv = block
+        if (Q_G.shape[0], Q_A.shape[0]) != (G.shape[2], a.shape[1]):
+            return None
+        Gr = G @ Q_G
+        t = (a @ Q_A).square_() @ inv.reshape(Q_G.shape[0], Q_A.shape[0]).T
+        var = (Gr * t[:, None, :]) @ Gr.transpose(1, 2)
+        if bias is not None:
+            block = starts.get(bias.start)
+            if block is None or block[0] != bias or len(block[1]) != 1:
+                return None
+            _, [(Q_b, _)], inv_b = block
+            Gb = G @ Q_b
+            var = var + (Gb * inv_b) @ Gb.transpose(1, 2)
+        return var
+
+    def _block_starts(self):
+        """{start of θ slice: (slice, factors, 1/(sλ + δ))} of the blocks at the current prior."""
+        return {sl.start: (sl, factors, inv)
+                for (sl, factors, _), inv in zip(self.blocks, self._inv)}
+
     def last_layer_variance(self, phi, n_out, has_bias, scratch=False):
         """J Σ Jᵀ for f = W φ + b from the factors (blocks: W with [G, A], then b with [G]).
 
@@ -157,15 +190,17 @@ class KronPosterior:
         return self._single_output_root
 
     def sample(self, n_samples, generator):
-        dtype = self.blocks[0][2].dtype
-        out = torch.zeros(n_samples, self.n_params, dtype=dtype)
+        dtype, device = self.blocks[0][2].dtype, self.blocks[0][2].device
+        out = torch.zeros(n_samples, self.n_params, dtype=dtype, device=device)
         for (sl, factors, _), inv in zip(self.blocks, self._inv):
-            z = torch.randn(n_samples, inv.numel(), generator=generator, dtype=dtype)
+            # drawn on the CPU (the generator's device): the same draws on every device
+            z = torch.randn(n_samples, inv.numel(), generator=generator, dtype=dtype).to(device)
             out[:, sl] = self._rotate(z * inv.sqrt(), factors, transpose=False)
         return out
 
     def marginal_variance(self):
-        out = torch.zeros(self.n_params, dtype=self.blocks[0][2].dtype)
+        out = torch.zeros(self.n_params, dtype=self.blocks[0][2].dtype,
+                          device=self.blocks[0][2].device)
         for (sl, factors, _), inv in zip(self.blocks, self._inv):
             squared = [(Q**2, e) for Q, e in factors]
             out[sl] = self._rotate(inv, squared, transpose=False)
