@@ -114,7 +114,7 @@ class Evidence:
 
     def posterior_for(self, sigma):
         if self.gaussian and sigma.dim() > 0:
-            return self.rebuild(1.0 / sigma.detach())
+            return self.rebuild(1.0 / sigma.detach().to(self.theta.device))
         return self.posterior
 
     def __call__(self, delta, sigma=None, index=None):

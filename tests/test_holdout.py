@@ -37,12 +37,13 @@ def test_variance_path_equals_the_posterior_at_each_prior(structure):
     est = LaplaceClassifier(hessian_structure=structure, subset_of_weights="all",
                             hyperparameter_tuning=None, lowrank_rank=5, **FAST).fit(X, y)
     post = est._evidence.posterior
-    _, J = est._subset.jacobians(torch.as_tensor(X[:7]))
+    _, J = est._subset.jacobians(est._X_tensor(X[:7]))
     path = variance_path(post, J)
     for delta, s in [(0.3, 1.0), (5.0, 2.0)]:
         got = path(delta, s)
         post.set_prior(torch.tensor(delta, dtype=torch.float64), torch.tensor(s, dtype=torch.float64))
-        np.testing.assert_allclose(got, post.functional_variance(J), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(got.cpu(), post.functional_variance(J).cpu(), rtol=1e-9,
+                                   atol=1e-12)
 
 
 def _trained_net(X, y, classifier=True):

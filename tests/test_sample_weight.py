@@ -150,8 +150,8 @@ def test_weighted_map_training_differs_from_unweighted():
                   random_state=0)
     plain = LaplaceClassifier(**params).fit(X, y)
     weighted = LaplaceClassifier(**params).fit(X, y, sample_weight=w)
-    a = [p.detach().numpy() for p in plain.net_.module_.parameters()]
-    b = [p.detach().numpy() for p in weighted.net_.module_.parameters()]
+    a = [p.detach().cpu().numpy() for p in plain.net_.module_.parameters()]
+    b = [p.detach().cpu().numpy() for p in weighted.net_.module_.parameters()]
     assert not all(np.allclose(u, v) for u, v in zip(a, b))
     assert weighted.net_.criterion_.n_train == pytest.approx(w.sum())
 

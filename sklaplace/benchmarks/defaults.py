@@ -229,9 +229,10 @@ def map_predict(task, pipe, X):
     """The MAP plug-in predictive of a fitted pipeline ending in a Laplace estimator."""
     est = pipe[-1]
     module = est.net_.module_.eval()
-    Xt = torch.as_tensor(np.asarray(pipe[:-1].transform(X), dtype=np.float64))
+    param = next(module.parameters())
+    Xt = torch.as_tensor(np.asarray(pipe[:-1].transform(X)), dtype=param.dtype, device=param.device)
     with torch.no_grad():
-        f = module(Xt.to(next(module.parameters()).dtype)).double().numpy()
+        f = module(Xt).double().cpu().numpy()
     if task == "regression":  # the net predicts standardized targets with normalize_y
         mean = (f * est._y_std + est._y_mean).reshape(-1)
         return mean, np.full(len(mean), float(est.sigma_noise_))

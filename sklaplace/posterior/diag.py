@@ -17,7 +17,7 @@ class DiagPosterior:
         return torch.log(s * self.h + delta).sum()
 
     def set_prior(self, delta, s):
-        self._var = 1.0 / (s * self.h + delta.detach())
+        self._var = 1.0 / (s * self.h + delta.detach().to(self.h.device))
         return self
 
     def functional_variance(self, J):

@@ -172,7 +172,7 @@ class EigenPosterior:
 
     def set_prior(self, delta, s):
         self._gram_cache = self._index_cache = None  # tuning caches, not needed for prediction
-        delta = delta.detach()
+        delta = delta.detach().to(self.V.device)
         if delta.dim() == 0:
             self._d_inv_sqrt = delta.rsqrt().expand(self.n_params)
             self._Q, omega2 = self.V, s * self.lam / delta

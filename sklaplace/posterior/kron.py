@@ -90,7 +90,7 @@ class KronPosterior:
         return total
 
     def set_prior(self, delta, s):
-        delta = delta.detach()
+        delta = delta.detach().to(self.blocks[0][2].device)
         self._inv = [1 / (s * lam + self._block_delta(delta, sl)) for sl, _, lam in self.blocks]
         self._single_output_root = self._bias_cov_cache = None
         return self
@@ -193,9 +193,12 @@ class KronPosterior:
         dtype, device = self.blocks[0][2].dtype, self.blocks[0][2].device
         out = torch.zeros(n_samples, self.n_params, dtype=dtype, device=device)
         for (sl, factors, _), inv in zip(self.blocks, self._inv):
-            # drawn on the CPU (the generator's device): the same draws on every device
+            # drawn on the CPU (the generator's device), times the symmetric root
+            # Q diag(inv)^½ Qᵀ, which does not depend on the eigenvectors' signs or basis:
+            # the same samples on every device and LAPACK
             z = torch.randn(n_samples, inv.numel(), generator=generator, dtype=dtype).to(device)
-            out[:, sl] = self._rotate(z * inv.sqrt(), factors, transpose=False)
+            z = self._rotate(z, factors, transpose=True) * inv.sqrt()
+            out[:, sl] = self._rotate(z, factors, transpose=False)
         return out
 
     def marginal_variance(self):
