@@ -59,6 +59,10 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Laplace log marginal likelihood of the fit.
     evidence_history_ : list of dict
         Online tuning only: epoch, log_evidence, prior_precision per update.
+    n_tasks_ : int
+        ``partial_fit`` only: the number of tasks (calls, a preceding ``fit``
+        counting as one) the posterior has absorbed; ``log_evidence_`` is then
+        the evidence of the last task given the earlier ones.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only with pandas input.

@@ -59,6 +59,10 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     log_evidence_ : float
     evidence_history_ : list of dict
         Online tuning only.
+    n_tasks_ : int
+        ``partial_fit`` only: the number of tasks (calls, a preceding ``fit``
+        counting as one) the posterior has absorbed; ``log_evidence_`` is then
+        the evidence of the last task given the earlier ones.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
 

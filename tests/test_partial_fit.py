@@ -427,3 +427,43 @@ def test_regressor_keeps_the_first_task_units():
     est.partial_fit(X[30:], y[30:] + 50)
     np.testing.assert_array_equal(est._y_mean, mean)
     np.testing.assert_array_equal(est._y_std, std)
+
+
+def test_integer_weights_equal_duplicated_rows_at_a_frozen_net():
+    """sample_weight in a later call: integer weights = duplicated rows (frozen MAP)."""
+    rng = np.random.RandomState(1)
+    X = rng.randn(40, 4)
+    y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5)
+    w = rng.randint(0, 3, 20)
+    net = _frozen_classifier(X, y)
+    common = dict(hessian_structure="kron", prior_precision=0.5, hyperparameter_tuning=None)
+    weighted = LaplaceClassifier(net, **common).partial_fit(X[:20], y[:20], classes=[0, 1, 2])
+    weighted.partial_fit(X[20:], y[20:], sample_weight=w)
+    rows = np.repeat(np.arange(20, 40), w)
+    duplicated = LaplaceClassifier(net, **common).partial_fit(X[:20], y[:20], classes=[0, 1, 2])
+    duplicated.partial_fit(X[rows], y[rows])
+    np.testing.assert_allclose(weighted.predict_proba(X), duplicated.predict_proba(X), rtol=1e-9)
+    assert weighted.log_evidence_ == pytest.approx(duplicated.log_evidence_, rel=1e-9)
+
+
+@pytest.mark.parametrize("params", [
+    dict(hessian_structure="kron", prior_structure="layerwise"),
+    dict(hessian_structure="diag", prior_structure="diag", curvature="ef"),
+    dict(hessian_structure="full", temperature=0.5)])
+def test_binary_and_multi_output_tasks_run(params):
+    """Binary (one Bernoulli logit) and two-output regression tasks, other priors."""
+    X, y = _blobs(n=60)
+    binary = (y == "a")
+    clf = LaplaceClassifier(**SMALL, **params)
+    for rows in (slice(0, 30), slice(30, 60)):
+        clf.partial_fit(X[rows], binary[rows], classes=[False, True])
+        assert np.isfinite(clf.log_evidence_)
+    assert clf.predict_proba(X).shape == (60, 2) and clf.n_tasks_ == 2
+    Y = np.c_[X[:, 0], X[:, 1] ** 2]
+    reg = LaplaceRegressor(**SMALL, **params)
+    for rows in (slice(0, 30), slice(30, 60)):
+        reg.partial_fit(X[rows], Y[rows])
+        assert np.isfinite(reg.log_evidence_)
+    assert reg.predict(X).shape == (60, 2)
+    if params.get("prior_structure", "scalar") != "scalar":
+        assert np.ndim(clf.prior_precision_) == 1
