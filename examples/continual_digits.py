@@ -1,4 +1,4 @@
-"""Continual learning on permuted digits: the Laplace posterior of one task is the prior of the next.
+"""Continual learning on permuted digits: one task's Laplace posterior is the next one's prior.
 
 Run: PYTHONPATH=. python examples/continual_digits.py [--tasks 5]
 

@@ -389,7 +389,8 @@ def test_vector_sigma_and_balanced_class_weight_refused():
     with pytest.raises(ValueError, match="one sigma_noise"):
         LaplaceRegressor(sigma_noise=[1.0, 2.0], **SMALL).partial_fit(X, X[:, :2])
     with pytest.raises(ValueError, match="balanced"):
-        LaplaceClassifier(class_weight="balanced", **SMALL).partial_fit(X, y, classes=["a", "b", "c"])
+        LaplaceClassifier(class_weight="balanced", **SMALL).partial_fit(
+            X, y, classes=["a", "b", "c"])
 
 
 def test_pickling_between_calls_changes_nothing():
