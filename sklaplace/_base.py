@@ -25,7 +25,7 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, check_memory, validate_data
 
-from . import nets
+from . import continual, nets
 from .curvature import (DEFAULT_MEMORY_BUDGET, compute_posterior, default_lowrank_rank,
                         jacobian_bytes, progress_to)
 from .evidence import Evidence, curvature_scale, maximize_evidence
@@ -380,7 +380,8 @@ class BaseLaplace(BaseEstimator):
         in training, curvature, evidence and the held-out NLL (split with the rows).
         """
         self._validate_params()
-        for stale in ("validation_nll_", "evidence_history_"):  # of an earlier fit, other tuning
+        for stale in ("validation_nll_", "evidence_history_",  # of an earlier fit, other tuning
+                      "n_tasks_", "_continual_rows"):  # or of earlier partial_fit calls
             self.__dict__.pop(stale, None)
         rng = check_seed("random_state", self.random_state)
         train_seed, self._prediction_seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
@@ -388,6 +389,8 @@ class BaseLaplace(BaseEstimator):
         self.hyperparameter_tuning_ = (self._default_tuning(len(X))
                                        if self.hyperparameter_tuning == "auto"
                                        else self.hyperparameter_tuning)
+        if continual.current_task(self) is not None:  # partial_fit: no held-out data
+            self.hyperparameter_tuning_ = continual.resolve_tuning(self.hyperparameter_tuning)
         likelihood = likelihood or likelihood_default
         if likelihood not in self._likelihood_kinds:
             raise ValueError(
@@ -483,6 +486,8 @@ class BaseLaplace(BaseEstimator):
         return copy.deepcopy(self.net_.module_).to(self._la_device, torch.float64).eval()
 
     def _resolve_subset(self, module, X, y, out_scale, n_out, weight=None):
+        if continual.current_task(self) is not None:  # partial_fit: all weights
+            return continual.resolve_subset(self, module, X, n_out)
         kind, structure = self.subset_of_weights, self.hessian_structure
         if kind == "auto":
             n_all = sum(_tensor_sizes(module))
@@ -609,6 +614,8 @@ class BaseLaplace(BaseEstimator):
             nll = (row_nll if wt is None else row_nll * wt).sum().item()
             evidence = Evidence(posterior, theta, self.temperature, n_rows, nll=nll,
                                 curvature=self.curvature)
+        # partial_fit: the earlier tasks' posterior is the prior (continual.py)
+        evidence = continual.task_evidence(evidence, continual.current_task(self), n_rows)
 
         prior, sigma = self.prior_precision, sigma_init
         if chosen is not None:

@@ -6,8 +6,10 @@ from sklearn.base import ClassifierMixin
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
+from . import continual
 from ._base import (ONLINE_DOC, PARAMS_DOC, BaseLaplace, check_choice, check_fit_weight,
                     validate_numeric)
 from .distributions import (LogitGaussianPrediction, binary_probit_proba, centered_logit_var,
@@ -57,6 +59,10 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Laplace log marginal likelihood of the fit.
     evidence_history_ : list of dict
         Online tuning only: epoch, log_evidence, prior_precision per update.
+    n_tasks_ : int
+        ``partial_fit`` only: the number of tasks (calls, a preceding ``fit``
+        counting as one) the posterior has absorbed; ``log_evidence_`` is then
+        the evidence of the last task given the earlier ones.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only with pandas input.
@@ -143,7 +149,8 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32])
         sample_weight = check_fit_weight(sample_weight, X)
         check_classification_targets(y)
-        encoder = LabelEncoder().fit(y)
+        task = continual.current_task(self)  # partial_fit: the classes of every task
+        encoder = LabelEncoder().fit(y if task is None else task.classes)
         self.classes_ = encoder.classes_
         if len(self.classes_) < 2:
             raise ValueError(
@@ -190,6 +197,61 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
                 f"likelihood with {len(self.classes_)} classes needs {expected}."
             )
         self._n_model_outputs = n_out
+
+    @available_if(continual.partial_fit_available)
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """Continual learning: fit on the first call, update the posterior on later ones.
+
+        The posterior of the earlier calls (tasks) is the prior of this one
+        (Laplace Redux, App. C.4): the net starts at their MAP θ*_{t−1} and is
+        trained to the MAP under N(θ*_{t−1}, (s·Σ_{t'<t} H_{t'} + δI)⁻¹), the
+        task's curvature at the new MAP is added to the earlier tasks' (exactly
+        for ``"diag"`` and ``"full"``, summed Kronecker factors for ``"kron"``)
+        and δ is re-tuned on the task's evidence p(D_t | D_<t), which is then
+        ``log_evidence_``. The first call is ``fit`` over all weights with a
+        full (when cheap), Kronecker or diagonal posterior and ``"auto"`` tuning
+        meaning ``"evidence"``; a call after ``fit`` continues from that fit.
+        Each call trains ``max_epochs`` epochs (a ``FrozenEstimator`` net keeps
+        its weights: only the curvature accumulates). Available over all weights
+        with ``hessian_structure`` ``"auto"``, ``"full"``, ``"diag"`` or
+        ``"kron"`` and ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or
+        None. See ``sklaplace.continual``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Labels, all in ``classes``.
+        classes : array-like of shape (n_classes,), default=None
+            All the labels of every task; required on the first call (as in
+            ``SGDClassifier.partial_fit``), and if given later equal to ``classes_``.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Row weights of this task (see ``fit``); ``class_weight="balanced"`` is
+            not supported here (a dict is).
+
+        Returns
+        -------
+        self : LaplaceClassifier
+        """
+        check_choice("link_approx", self.link_approx)
+        if isinstance(self.class_weight, str) and self.class_weight == "balanced":
+            raise ValueError(
+                "class_weight='balanced' is not supported for partial_fit (the class counts "
+                "of tasks to come are unknown); pass a dict, or sample_weight.")
+        first = continual.is_first_call(self)
+        X_checked, y_checked = validate_numeric(self, X, y, reset=first,
+                                                dtype=[np.float64, np.float32])
+        check_classification_targets(y_checked)
+        known = continual.check_classes(self, classes, y_checked, first)
+        if first:
+            return continual.fit_first_task(self, self.fit, X, y, sample_weight, classes=known)
+        sample_weight = check_fit_weight(sample_weight, X_checked)
+        if self.class_weight is not None:
+            per_row = compute_sample_weight(self.class_weight, y_checked)
+            sample_weight = check_fit_weight(
+                per_row if sample_weight is None else sample_weight * per_row, X_checked)
+        return continual.fit_next_task(self, X_checked, np.searchsorted(known, y_checked), None,
+                                       sample_weight)
 
     def log_evidence(self, prior_precision=None):
         """Laplace log marginal likelihood at the fitted or given prior precision.

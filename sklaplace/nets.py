@@ -67,11 +67,16 @@ class MAPLoss(nn.Module):
     With ``sample_weight=True`` the last column of ``y_true`` holds each row's
     weight, and the data term is the batch mean of weight × nll (``n_train`` is
     then the total weight; see the module docstring).
+
+    ``prior`` (continual learning, :class:`sklaplace.continual.TaskPrior`): the
+    prior N(θ*_{t−1}, (s·H + δ)⁻¹) of a later task instead of N(0, δ⁻¹); the
+    prior term is then ``prior.penalty(θ, δ) / N``.
     """
 
     def __init__(self, likelihood="categorical", n_train=1, temperature=1.0, sigma_noise=1.0,
-                 prior_precision=1.0, sample_weight=False):
+                 prior_precision=1.0, sample_weight=False, prior=None):
         super().__init__()
+        self.prior = prior
         self.sample_weight = sample_weight
         self.likelihood = LIKELIHOODS[likelihood]()
         self.n_train = n_train
@@ -103,6 +108,8 @@ class MAPLoss(nn.Module):
         if not self._params:
             return 0.0
         theta = torch.cat([p.reshape(-1) for p in self._params])
+        if self.prior is not None:
+            return self.prior.penalty(theta, self.prior_precision) / self.n_train
         cached = self.__dict__.get("_delta_cache")
         if cached is None or cached[0] is not self.prior_precision or cached[1].device != theta.device:
             cached = (self.prior_precision, self.prior_precision.to(theta))
@@ -221,12 +228,15 @@ def with_weight_column(y, sample_weight):
 
 
 def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precision, seed,
-              callbacks=(), sample_weight=None):
+              callbacks=(), sample_weight=None, prior=None, init_module=None):
     """Train the (cloned, uninitialized) skorch ``net`` to the MAP in place.
 
     ``X`` (float numpy) is cast to the module's parameter dtype; ``y`` is int64
     (categorical), float (Bernoulli) or 2-D float (Gaussian).  ``sample_weight``
     (non-negative, positive sum) weights the rows' likelihood terms (module docstring).
+    Continual learning: ``prior`` replaces the prior term (see :class:`MAPLoss`) and
+    training starts from the weights of ``init_module`` (a module of the same
+    architecture); the prior is dropped from the trained net's criterion afterwards.
     """
     weighted = sample_weight is not None
     if weighted:
@@ -243,11 +253,15 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
     )
     if weighted:
         net.set_params(criterion__sample_weight=True)
+    if prior is not None:
+        net.set_params(criterion__prior=prior)
     if callbacks:
         net.set_params(callbacks=list(net.callbacks or []) + list(callbacks))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         net.initialize()
+        if init_module is not None:
+            net.module_.load_state_dict(init_module.state_dict())
         net.criterion_.attach(net.module_)
         dtype = module_dtype(net.module_)
         Xt = torch.tensor(np.asarray(X)).to(dtype)
@@ -273,6 +287,9 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
                 "EarlyStopping(monitor='train_loss')), or hold out validation data yourself."
             ) from error
     net.criterion_.attach(nn.Module())  # drop the references: nothing to pickle twice
+    if prior is not None:  # the earlier tasks' curvature is the estimator's, not the net's
+        net.criterion_.prior = None
+        net.__dict__.pop("criterion__prior", None)
     if weighted and hasattr(net, "classes_inferred_"):  # skorch read them off the weighted y
         net.classes_inferred_ = np.unique(np.asarray(y))
     losses = [h.get("train_loss", 0.0) for h in net.history]

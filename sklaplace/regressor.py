@@ -4,8 +4,10 @@ import numpy as np
 import torch
 from sklearn.base import RegressorMixin
 from sklearn.frozen import FrozenEstimator
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
+from . import continual
 from ._base import (ONLINE_DOC, PARAMS_DOC, BaseLaplace, check_fit_weight, positive_array,
                     validate_numeric, weighted_spread)
 from .distributions import NormalPrediction
@@ -57,6 +59,10 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     log_evidence_ : float
     evidence_history_ : list of dict
         Online tuning only.
+    n_tasks_ : int
+        ``partial_fit`` only: the number of tasks (calls, a preceding ``fit``
+        counting as one) the posterior has absorbed; ``log_evidence_`` is then
+        the evidence of the last task given the earlier ones.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
 
@@ -180,6 +186,51 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         if not frozen:  # only training can overflow
             self._check_sigma_scale(sigma, y_model)
         return self._fit(X, y_model, "gaussian", y2.shape[1], self._y_std, sample_weight)
+
+    @available_if(continual.partial_fit_available)
+    def partial_fit(self, X, y, sample_weight=None):
+        """Continual learning: fit on the first call, update the posterior on later ones.
+
+        The posterior of the earlier calls (tasks) is the prior of this one
+        (Laplace Redux, App. C.4): the net starts at their MAP θ*_{t−1} and is
+        trained to the MAP under N(θ*_{t−1}, (s·Σ_{t'<t} H_{t'} + δI)⁻¹), the
+        task's curvature at the new MAP is added to the earlier tasks' (exactly
+        for ``"diag"`` and ``"full"``, summed Kronecker factors for ``"kron"``)
+        and δ and σ are re-tuned on the task's evidence p(D_t | D_<t), which is
+        then ``log_evidence_``. For a net without hidden layer every step is
+        exact: the posterior equals that of one fit on all tasks' rows. The
+        first call is ``fit`` over all weights with a full (when cheap),
+        Kronecker or diagonal posterior and ``"auto"`` tuning meaning
+        ``"evidence"``; a call after ``fit`` continues from that fit. The
+        targets are standardized (``normalize_y``) as on the first call. Each
+        call trains ``max_epochs`` epochs (a ``FrozenEstimator`` net keeps its
+        weights). Available over all weights with ``hessian_structure``
+        ``"auto"``, ``"full"``, ``"diag"`` or ``"kron"``,
+        ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or None, and one
+        ``sigma_noise``. See ``sklaplace.continual``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Row weights of this task (see ``fit``).
+
+        Returns
+        -------
+        self : LaplaceRegressor
+        """
+        if continual.is_first_call(self):
+            return continual.fit_first_task(self, self.fit, X, y, sample_weight)
+        X, y = validate_numeric(self, X, y, reset=False, dtype=[np.float64, np.float32],
+                                multi_output=True, y_numeric=True)
+        y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+        if y2.shape[1] != self._n_model_outputs:
+            raise ValueError(
+                f"y has {y2.shape[1]} outputs but the earlier tasks had {self._n_model_outputs}.")
+        sample_weight = check_fit_weight(sample_weight, X)
+        y_model = (y2 - self._y_mean) / self._y_std  # the units of the first task
+        return continual.fit_next_task(self, X, y_model, self._y_std, sample_weight)
 
     # Adam squares the gradients, of order std(y)/σ² per row: beyond ~1e15 they
     # overflow float32 (3e38) and the net silently stays at its initialization.
