@@ -26,8 +26,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, check_memory, validate_data
 
 from . import continual, nets
-from .curvature import (DEFAULT_MEMORY_BUDGET, compute_posterior, default_lowrank_rank,
-                        jacobian_bytes, progress_to)
+from .curvature import (compute_posterior, default_lowrank_rank, jacobian_bytes, memory_budget,
+                        progress_to)
 from .evidence import Evidence, curvature_scale, maximize_evidence
 from .holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_split,
                       variance_path)
@@ -37,7 +37,10 @@ from .subsets import AllWeights, LastLayer, Subnetwork, _to_module, named_params
 
 AUTO_FULL_MAX_PARAMS = 5000
 AUTO_LAST_LAYER_FULL_MAX = 2000
+# Largest prediction buffer per row chunk: cache-sized on the CPU; on CUDA larger chunks
+# keep the device busy (fewer kernel launches), within its memory budget.
 PREDICT_CHUNK_BYTES = 2**26
+CUDA_PREDICT_CHUNK_BYTES = 2**30
 # Time guard of the full / low-rank structures: flop counts at an assumed float64 rate
 # (a conservative figure for a 2-core laptop; BLAS peaks are higher on bigger machines).
 ASSUMED_FLOPS = 2e10
@@ -491,7 +494,7 @@ class BaseLaplace(BaseEstimator):
         kind, structure = self.subset_of_weights, self.hessian_structure
         if kind == "auto":
             n_all = sum(_tensor_sizes(module))
-            fits = jacobian_bytes(X.shape[0], n_out, n_all) <= DEFAULT_MEMORY_BUDGET
+            fits = jacobian_bytes(X.shape[0], n_out, n_all) <= memory_budget(X.device)
             if structure == "full":
                 kind = "all" if n_all <= AUTO_FULL_MAX_PARAMS and fits else "last_layer"
             elif structure == "auto":
@@ -837,7 +840,10 @@ class BaseLaplace(BaseEstimator):
 
     def _row_chunks(self, n_rows, moments=False):
         per_row = self._subset.row_bytes(self._n_model_outputs, moments, self._posterior)
-        size = max(1, PREDICT_CHUNK_BYTES // per_row)
+        device = self._la_device
+        chunk = PREDICT_CHUNK_BYTES if device.type == "cpu" else min(
+            CUDA_PREDICT_CHUNK_BYTES, memory_budget(device) // 4)
+        size = max(1, chunk // per_row)
         return [slice(s, min(s + size, n_rows)) for s in range(0, n_rows, size)]
 
     def _glm_moments(self, Xt):

@@ -139,7 +139,7 @@ def resolve_subset(estimator, module, X, n_out):
     ``nn.Linear`` layers), else the diagonal.
     """
     from ._base import AUTO_FULL_SECONDS, _all_linear, full_structure_seconds
-    from .curvature import DEFAULT_MEMORY_BUDGET, jacobian_bytes
+    from .curvature import jacobian_bytes, memory_budget
     from .subsets import AllWeights
 
     subset = AllWeights(module)
@@ -155,7 +155,7 @@ def resolve_subset(estimator, module, X, n_out):
         structure = requested
     else:
         P = subset.n_params
-        fits = jacobian_bytes(X.shape[0], n_out, P) <= DEFAULT_MEMORY_BUDGET
+        fits = jacobian_bytes(X.shape[0], n_out, P) <= memory_budget(X.device)
         cheap = full_structure_seconds(X.shape[0], n_out, P) <= AUTO_FULL_SECONDS
         structure = "full" if fits and cheap else "kron" if _all_linear(module) else "diag"
     return subset, "all", structure
@@ -190,10 +190,11 @@ def add_curvature(previous, current, n_previous, n_current):
     if previous.structure == "diag":
         return DiagPosterior(previous.h + current.h)
     if previous.structure == "full":
-        from .curvature import DEFAULT_MEMORY_BUDGET, check_budget
+        from .curvature import check_budget, memory_budget
 
         P = previous.n_params
-        check_budget(8 * P * P * 3, "The summed full curvature", DEFAULT_MEMORY_BUDGET,
+        check_budget(8 * P * P * 3, "The summed full curvature",
+                     memory_budget(previous.V.device),
                      "hessian_structure='kron' or 'diag'")
         H = curvature_matrix(previous) + curvature_matrix(current)
         return EigenPosterior.from_matrix(0.5 * (H + H.T))

@@ -33,6 +33,18 @@ from .posterior import DiagPosterior, EigenPosterior, KronPosterior
 from .subsets import preactivation_hooks, single_pass
 
 DEFAULT_MEMORY_BUDGET = 4 * 2**30
+#: Share of a CUDA device's free memory the LA may take at once.
+CUDA_MEMORY_SHARE = 0.4
+
+
+def memory_budget(device):
+    """Bytes one allocation of the LA may take on ``device``: DEFAULT_MEMORY_BUDGET (4 GiB)
+    on the CPU, ``CUDA_MEMORY_SHARE`` of the free memory of a CUDA device."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(CUDA_MEMORY_SHARE * free)
+    return DEFAULT_MEMORY_BUDGET
 
 
 def _chunks(n, size):
@@ -122,7 +134,7 @@ def _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight=None):
 
 
 def full_curvature(
-    subset, likelihood, X, y, out_scale, curvature="ggn", rank=None, budget=DEFAULT_MEMORY_BUDGET,
+    subset, likelihood, X, y, out_scale, curvature="ggn", rank=None, budget=None,
     weight=None, eigenvalues_only=False,
 ):
     """Full (``rank=None``) or low-rank posterior structure.
@@ -133,6 +145,7 @@ def full_curvature(
     P, n = subset.n_params, X.shape[0]
     K = out_scale.numel() if curvature == "ggn" else 1
     structure = "full" if rank is None else "lowrank"
+    budget = memory_budget(X.device) if budget is None else budget
     if n * K < P:
         # Determinant lemma: work with the P × N·K factor and its kernel.
         check_budget(8 * P * n * K * 2, f"The {structure} curvature factor", budget,
@@ -301,7 +314,7 @@ def _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk=4096,
 
 
 def compute_posterior(structure, subset, likelihood, X, y, out_scale, curvature="ggn",
-                      rank=None, budget=DEFAULT_MEMORY_BUDGET, weight=None,
+                      rank=None, budget=None, weight=None,
                       eigenvalues_only=False):
     """Dispatch to the structure's curvature routine; ``weight``: (N,) row weights or None.
 
@@ -333,5 +346,6 @@ __all__ = [
     "jacobian_bytes",
     "default_lowrank_rank",
     "DEFAULT_MEMORY_BUDGET",
+    "memory_budget",
     "full_curvature",
 ]

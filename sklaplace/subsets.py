@@ -200,10 +200,9 @@ class AllWeights:
         """Bytes per row of the largest prediction buffer: the Jacobians (n, C, P), or
         for the layer-wise moments the inputs and output gradients of the layers."""
         layers = self._layers() if moments and hasattr(posterior, "layer_variance") else None
-        if layers:
-            widths = sum(layer.in_features + n_out * (n_out + 2) * layer.out_features
-                         for layer, *_ in layers)
-            return 8 * 2 * widths
+        if layers:  # per layer: input, its square, the output gradients G and G Q (n, C, out)
+            return 8 * sum(2 * layer.in_features + 3 * n_out * layer.out_features
+                           for layer, *_ in layers)
         return 8 * n_out * self.n_params
 
     def _layers(self):

@@ -3,10 +3,14 @@
 import re
 from pathlib import Path
 
+import pytest
+import torch
+
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 # Blocks that start a dask cluster: shown for users with one, not run on CI.
 NEEDS_A_CLUSTER = "Client("
+NEEDS_CUDA = 'device="cuda"'
 
 
 def _blocks():
@@ -28,6 +32,10 @@ def test_readme_snippets_run(monkeypatch):
     ran = 0
     for block in _blocks():
         if NEEDS_A_CLUSTER in block:
+            continue
+        if NEEDS_CUDA in block and not torch.cuda.is_available():
+            with pytest.raises(ValueError, match="cuda"):  # the documented error
+                exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
             continue
         exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own README
         ran += 1
