@@ -158,13 +158,42 @@ def full_curvature(
         return EigenPosterior.from_factor(U, rank=rank, structure=structure)
     check_budget(8 * P * P * 2, f"The {structure} curvature matrix", budget,
                  "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
-    H = torch.zeros(P, P, dtype=X.dtype, device=X.device)
-    for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight):
-        H += torch.einsum("npk,nqk->pq", JF, JF)
+    if subset.kind == "last_layer":
+        H = _last_layer_matrix(subset, likelihood, X, y, out_scale, curvature, weight)
+    else:
+        H = torch.zeros(P, P, dtype=X.dtype, device=X.device)
+        for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight):
+            H += torch.einsum("npk,nqk->pq", JF, JF)
     _report(f"eigendecomposition of the {P} × {P} curvature ...")
     if eigenvalues_only:
         return EigenPosterior.spectrum(H, P, structure)
     return EigenPosterior.from_matrix(H, rank=rank, structure=structure)
+
+
+def _last_layer_matrix(subset, likelihood, X, y, out_scale, curvature, weight=None):
+    """The P × P curvature of the last layer f = W φ + b straight from the features.
+
+    With φ̃ = [φ, 1] and Λ_n = F_n F_nᵀ (C × C), the block of outputs (c, d) is
+    Σ_n Λ_n[c, d] φ̃_n φ̃_nᵀ: N·C²·(H+1)² flops instead of the Jacobians' N·C³·(H+1)²,
+    then reordered to θ = [vec W (row-major), b].
+    """
+    C, H = subset.n_out, subset.n_features
+    A = H + 1
+    T = torch.zeros(C * C * A, A, dtype=X.dtype, device=X.device)
+    size = _chunk_rows(C * C, A)
+    for sl in _chunks(X.shape[0], size):
+        phi = subset.features(X[sl])
+        F = _row_factors(likelihood, subset.forward(X[sl], features=phi), y[sl], out_scale,
+                         curvature, _rows(weight, sl))
+        aug = torch.cat([phi, torch.ones_like(phi[:, :1])], 1)
+        L = F @ F.transpose(1, 2)  # (n, C, C)
+        T += (L[:, :, :, None] * aug[:, None, None, :]).reshape(len(aug), -1).T @ aug
+    full = T.reshape(C, C, A, A).permute(0, 2, 1, 3).reshape(C * A, C * A)
+    order = torch.arange(C * A, device=X.device).reshape(C, A)
+    keep = order[:, :H].reshape(-1)
+    if subset.has_bias:
+        keep = torch.cat([keep, order[:, H]])
+    return full[keep][:, keep]
 
 
 def _preactivation_factors(subset, layers, likelihood, X, y, out_scale, curvature,

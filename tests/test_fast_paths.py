@@ -1,5 +1,6 @@
 """The fast curvature / predictive paths equal the generic Jacobian-based ones."""
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -103,3 +104,32 @@ def test_in_place_last_layer_variance_leaves_inputs_alone(hidden, dtype):
     assert torch.equal(X_test, before)
     _, J = subset.jacobians(X_test)
     torch.testing.assert_close(var, post.functional_variance(J), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("likelihood,n_out", [("categorical", 4), ("gaussian", 2),
+                                              ("bernoulli", 1)])
+@pytest.mark.parametrize("curvature", ["ggn", "ef"])
+def test_last_layer_full_matrix_from_features_equals_the_jacobian_gram(bias, likelihood, n_out,
+                                                                      curvature):
+    """Σ_n Λ_n[c, d] φ̃_n φ̃_nᵀ, reordered to [vec W, b], is the Jacobians' Σ_n J_nᵀ F_n F_nᵀ J_n."""
+    from sklaplace.curvature import _gram_rows, _last_layer_matrix
+    from sklaplace.likelihoods import LIKELIHOODS
+    from sklaplace.subsets import LastLayer
+
+    gen = torch.Generator().manual_seed(0)
+    module = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, n_out, bias=bias)).double()
+    X = torch.randn(37, 3, dtype=torch.float64, generator=gen)
+    if likelihood == "categorical":
+        y = torch.randint(0, n_out, (37,), generator=gen)
+    elif likelihood == "bernoulli":
+        y = torch.randint(0, 2, (37,), generator=gen).double()
+    else:
+        y = torch.randn(37, n_out, dtype=torch.float64, generator=gen)
+    subset, lik = LastLayer(module, X[:2]), LIKELIHOODS[likelihood]()
+    out_scale = 0.5 + torch.rand(n_out, dtype=torch.float64, generator=gen)
+    weight = torch.rand(37, dtype=torch.float64, generator=gen)
+    fast = _last_layer_matrix(subset, lik, X, y, out_scale, curvature, weight)
+    reference = sum(torch.einsum("npk,nqk->pq", JF, JF)
+                    for JF in _gram_rows(subset, lik, X, y, out_scale, curvature, weight))
+    np.testing.assert_allclose(fast.numpy(), reference.numpy(), rtol=1e-12, atol=1e-13)
