@@ -526,7 +526,7 @@ class BaseLaplace(BaseEstimator):
                                      self.curvature, weight=weight)
             delta = self._subset_prior(everything, self.prior_precision)
             sigma = torch.as_tensor(self._initial_sigma(out_scale.numel()), dtype=torch.float64)
-            var = diag.set_prior(delta, self._curvature_scale(sigma)).marginal_variance()
+            var = diag.with_prior(delta, self._curvature_scale(sigma)).marginal_variance()
             return torch.argsort(var.cpu(), descending=True)[:spec].numpy()
         if isinstance(spec, (list, tuple)) and spec and all(isinstance(s, str) for s in spec):
             return Subnetwork.indices_from_names(module, list(spec))
@@ -653,7 +653,7 @@ class BaseLaplace(BaseEstimator):
             evidence.posterior = evidence.posterior_for(sigma)
         self._evidence = evidence
         self._sigma_fit = sigma
-        self._posterior = evidence.posterior.set_prior(delta, self._curvature_scale(sigma))
+        self._posterior = evidence.posterior.with_prior(delta, self._curvature_scale(sigma))
         if self.pred_type == "gp":
             self._posterior = self._gp_posterior(subset, likelihood, Xt, yt, out_scale, wt,
                                                  delta, sigma)
@@ -679,7 +679,7 @@ class BaseLaplace(BaseEstimator):
         self._log(f"GP predictive on {size} of {n} rows")
         posterior = compute_posterior("full", subset, likelihood, X[rows], y[rows], out_scale,
                                       self.curvature, weight=scaled)
-        return posterior.set_prior(delta, self._curvature_scale(sigma))
+        return posterior.with_prior(delta, self._curvature_scale(sigma))
 
     def _check_time(self, structure, n_rows, n_out, n_params):
         """Warn before a full / low-rank curvature estimated beyond the time budget."""

@@ -49,8 +49,6 @@ def validation_split(n_rows, fraction, seed, labels=None):
 def variance_path(posterior, J):
     """``(δ, s) -> J Σ(δ, s) Jᵀ`` of shape (n, C, C) for a scalar prior δ.
 
-    ``posterior`` is left at the prior of the last call (callers set the final prior
-    afterwards).
     """
     if isinstance(posterior, EigenPosterior):
         JV = J @ posterior.V
@@ -74,9 +72,9 @@ def variance_path(posterior, J):
         return kron
 
     def generic(delta, s):
-        posterior.set_prior(torch.tensor(float(delta), dtype=torch.float64),
-                            torch.as_tensor(s, dtype=torch.float64))
-        return posterior.functional_variance(J)
+        return posterior.with_prior(torch.tensor(float(delta), dtype=torch.float64),
+                                    torch.as_tensor(s, dtype=torch.float64)
+                                    ).functional_variance(J)
 
     return generic
 

@@ -254,7 +254,7 @@ def test_kron_structure_on_conv_net(lik, scale, kind):
     assert torch.isfinite(log_det)
     close(log_det, torch.logdet(s * block_diag + delta * torch.eye(subset.n_params, dtype=DT)))
     _, J = subset.jacobians(X[:4])
-    var = post.set_prior(delta, s).functional_variance(J)
+    var = post.with_prior(delta, s).functional_variance(J)
     assert torch.isfinite(var).all() and (torch.linalg.eigvalsh(var) > 0).all()
 
 

@@ -174,7 +174,7 @@ def check_against_matrix(post, H_ref, delta, s, J_test):
     prec = s * H_ref + D
     Sigma = torch.linalg.inv(prec)
     close(post.log_det(delta, torch.tensor(s, dtype=DT)), torch.logdet(prec))
-    post.set_prior(delta, torch.tensor(s, dtype=DT))
+    post = post.with_prior(delta, torch.tensor(s, dtype=DT))
     close(post.functional_variance(J_test), J_test @ Sigma @ J_test.transpose(1, 2))
     close(post.marginal_variance(), Sigma.diagonal())
     return Sigma
@@ -436,8 +436,8 @@ def test_equal_per_output_noise_equals_scalar_noise(structure, curvature):
     s = torch.tensor(1 / sigma ** noise_power(curvature), dtype=DT)
     close(vec.log_det(delta, one), sca.log_det(delta, s))
     J_test = probe_jacobians(ref["module"], list(range(26)))
-    close(vec.set_prior(delta, one).functional_variance(J_test),
-          sca.set_prior(delta, s).functional_variance(J_test))
+    close(vec.with_prior(delta, one).functional_variance(J_test),
+          sca.with_prior(delta, s).functional_variance(J_test))
 
 
 # --------------------------------------------------------------------------- sampling
@@ -464,7 +464,7 @@ def test_sample_covariance(structure, kind_delta):
         delta = torch.tensor([0.5, 1.5, 2.0, 0.25], dtype=DT)[group]
         D = torch.diag(delta)
     Sigma = torch.linalg.inv(S * H + D)
-    post.set_prior(delta, torch.tensor(S, dtype=DT))
+    post = post.with_prior(delta, torch.tensor(S, dtype=DT))
     n = 20000
     z = post.sample(n, torch.Generator().manual_seed(0))
     assert z.shape == (n, P) and z.dtype == DT
@@ -594,7 +594,7 @@ def test_kron_rejects_prior_varying_within_a_tensor():
     with pytest.raises(ValueError, match="one prior precision per weight"):
         post.log_det(delta, torch.tensor(S, dtype=DT))
     with pytest.raises(ValueError, match="one prior precision per weight"):
-        post.set_prior(delta, torch.tensor(S, dtype=DT))
+        post = post.with_prior(delta, torch.tensor(S, dtype=DT))
 
 
 def test_log_det_gradients_match_finite_differences():
@@ -642,7 +642,7 @@ def test_last_layer_moments_match_dense(monkeypatch, lik, structure, bias_last, 
     post = compute_posterior(structure, subset, LIKELIHOODS[lik](), ref["X"], ref["y"],
                              out_scale_for(lik), "ggn", 3 if structure == "lowrank" else None)
     delta = prior("scalar", len(cols))
-    post.set_prior(delta, torch.tensor(S, dtype=DT))
+    post = post.with_prior(delta, torch.tensor(S, dtype=DT))
     X_test = torch.randn(5, 3, generator=torch.Generator().manual_seed(7), dtype=DT)
     J_test = probe_jacobians(ref["module"], cols)
     f, var = subset.moments(X_test, post)

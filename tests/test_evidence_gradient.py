@@ -174,7 +174,7 @@ def test_per_weight_log_det_gradient_is_the_marginal_variance(net, structure):
     for delta0 in (torch.ones(n_params, dtype=DT), layerwise[torch.as_tensor(group_index)]):
         delta = delta0.clone().requires_grad_(True)
         (grad,) = torch.autograd.grad(post.log_det(delta, s), delta)
-        expected = post.set_prior(delta0, s).marginal_variance()
+        expected = post.with_prior(delta0, s).marginal_variance()
         torch.testing.assert_close(grad, expected, rtol=1e-8, atol=1e-10)
 
 

@@ -39,7 +39,7 @@ def test_kron_rotation_matches_explicit_kronecker_product():
     G = torch.randn(3, 3, dtype=DT, generator=g)
     A = torch.randn(4, 4, dtype=DT, generator=g)
     post = KronPosterior([(slice(0, 12), [G @ G.T, A @ A.T]), (slice(12, 15), [G @ G.T])], 15)
-    post.set_prior(torch.tensor(0.5, dtype=DT), torch.tensor(2.0, dtype=DT))
+    post = post.with_prior(torch.tensor(0.5, dtype=DT), torch.tensor(2.0, dtype=DT))
     J = torch.randn(5, 2, 15, dtype=DT, generator=g)
     Sigma = torch.zeros(15, 15, dtype=DT)
     for (sl, factors, _), inv in zip(post.blocks, post._inv):
@@ -97,7 +97,7 @@ def test_in_place_last_layer_variance_leaves_inputs_alone(hidden, dtype):
     subset = LastLayer(module, X)
     post = cv.compute_posterior("kron", subset, LIKELIHOODS["bernoulli"](), X, y,
                                 torch.ones(1, dtype=DT), "ggn", None)
-    post.set_prior(torch.tensor(0.5, dtype=DT), torch.tensor(1.0, dtype=DT))
+    post = post.with_prior(torch.tensor(0.5, dtype=DT), torch.tensor(1.0, dtype=DT))
     X_test = torch.randn(7, 4, dtype=DT)
     before = X_test.clone()
     _, var = subset.moments(X_test, post)
@@ -133,3 +133,29 @@ def test_last_layer_full_matrix_from_features_equals_the_jacobian_gram(bias, lik
     reference = sum(torch.einsum("npk,nqk->pq", JF, JF)
                     for JF in _gram_rows(subset, lik, X, y, out_scale, curvature, weight))
     np.testing.assert_allclose(fast.numpy(), reference.numpy(), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("structure", ["full", "diag", "kron", "lowrank"])
+def test_with_prior_leaves_the_fitted_curvature_alone(structure):
+    """with_prior returns a new posterior; the curvature the evidence holds is unchanged,
+    so predictions and log_evidence at another prior never interfere."""
+    from sklearn.datasets import load_iris
+
+    from sklaplace import LaplaceClassifier
+
+    X, y = load_iris(return_X_y=True)
+    clf = LaplaceClassifier(hidden_layer_sizes=(6,), max_epochs=10, subset_of_weights="all",
+                            hessian_structure=structure, lowrank_rank=5,
+                            hyperparameter_tuning=None, random_state=0).fit(X, y)
+    assert clf._posterior is not clf._evidence.posterior
+    before = clf.predict_proba(X)
+    other = clf._evidence.posterior.with_prior(torch.tensor(100.0, dtype=torch.float64),
+                                                torch.tensor(1.0, dtype=torch.float64))
+    Xt = clf._X_tensor(X)
+    with torch.no_grad():
+        _, cov_other = clf._subset.moments(Xt, other)
+        _, cov_fitted = clf._subset.moments(Xt, clf._posterior)
+    assert not torch.allclose(cov_other, cov_fitted)
+    np.testing.assert_array_equal(clf.predict_proba(X), before)
+    clf.log_evidence(prior_precision=3.0)
+    np.testing.assert_array_equal(clf.predict_proba(X), before)

@@ -41,7 +41,7 @@ def test_variance_path_equals_the_posterior_at_each_prior(structure):
     path = variance_path(post, J)
     for delta, s in [(0.3, 1.0), (5.0, 2.0)]:
         got = path(delta, s)
-        post.set_prior(torch.tensor(delta, dtype=torch.float64), torch.tensor(s, dtype=torch.float64))
+        post = post.with_prior(torch.tensor(delta, dtype=torch.float64), torch.tensor(s, dtype=torch.float64))
         np.testing.assert_allclose(got.cpu(), post.functional_variance(J).cpu(), rtol=1e-9,
                                    atol=1e-12)
 
@@ -67,7 +67,7 @@ def test_cv_picks_the_grid_prior_of_smallest_held_out_nll_and_refits():
     part = LaplaceClassifier(net, hyperparameter_tuning=None).fit(X[fit], y[fit])
     losses = []
     for log10 in LOG10_PRIOR_GRID:
-        part._posterior = part._evidence.posterior.set_prior(
+        part._posterior = part._evidence.posterior.with_prior(
             torch.tensor(10.0**log10, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64))
         proba = part.predict_proba(X[held])
         losses.append(-np.log(proba[np.arange(len(held)), y[held]]))

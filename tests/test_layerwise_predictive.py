@@ -73,7 +73,7 @@ def test_layer_moments_equal_jacobian_moments(structure, name, layerwise_prior):
     delta = torch.tensor(0.7, dtype=torch.float64)
     if layerwise_prior:  # one value per tensor
         delta = torch.as_tensor(0.3 + subset.group_index.astype(float), dtype=torch.float64)
-    posterior.set_prior(delta, torch.tensor(2.5, dtype=torch.float64))
+    posterior = posterior.with_prior(delta, torch.tensor(2.5, dtype=torch.float64))
     X_test = torch.as_tensor(rng.randn(11, 4))
     with torch.no_grad():
         f_ref, var_ref = _jacobian_moments(subset, X_test, posterior)
@@ -94,7 +94,7 @@ def test_shared_layer_falls_back_to_jacobians():
     posterior = compute_posterior("diag", subset, LIKELIHOODS["categorical"](), X,
                                   torch.as_tensor(rng.randint(0, 3, 20)),
                                   torch.ones(3, dtype=torch.float64))
-    posterior.set_prior(torch.tensor(1.0, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64))
+    posterior = posterior.with_prior(torch.tensor(1.0, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64))
     with torch.no_grad():
         assert _layer_moments(module, subset._layers(), X, posterior) is None
         f, var = subset.moments(X, posterior)

@@ -2,8 +2,10 @@
 
 import torch
 
+from .base import Posterior
 
-class DiagPosterior:
+
+class DiagPosterior(Posterior):
     structure = "diag"
 
     def __init__(self, h):
@@ -16,7 +18,7 @@ class DiagPosterior:
             delta = delta[index]
         return torch.log(s * self.h + delta).sum()
 
-    def set_prior(self, delta, s):
+    def _apply_prior(self, delta, s):
         self._var = 1.0 / (s * self.h + delta.detach().to(self.h.device))
         return self
 

@@ -25,6 +25,8 @@ For prediction, W = D^{-½} V (sΛ)^½ = Q diag(ω) Rᵀ (thin SVD) gives
 
 import torch
 
+from .base import Posterior
+
 
 class _SPDLogDet(torch.autograd.Function):
     """log det of an SPD matrix by Cholesky; backward C⁻¹ from the same factor
@@ -71,7 +73,7 @@ def _value_cuts(values):
         return tuple((torch.nonzero(values[1:] != values[:-1]).flatten() + 1).tolist())
 
 
-class EigenPosterior:
+class EigenPosterior(Posterior):
     def __init__(self, eigvecs, eigvals, n_params, structure="full"):
         self.V = eigvecs
         self.lam = eigvals.clamp_min(0)
@@ -170,7 +172,7 @@ class EigenPosterior:
             cache[cuts] = (grams, torch.as_tensor(edges[:-1], device=self.V.device))
         return cache[cuts]
 
-    def set_prior(self, delta, s):
+    def _apply_prior(self, delta, s):
         self._gram_cache = self._index_cache = None  # tuning caches, not needed for prediction
         delta = delta.detach().to(self.V.device)
         if delta.dim() == 0:

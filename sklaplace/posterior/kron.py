@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from scipy.linalg.blas import dtrmm
 
+from .base import Posterior
+
 
 def _block_eigvals(eigs):
     out = eigs[0]
@@ -49,7 +51,7 @@ class _BlockLogDet(torch.autograd.Function):
         return grad_delta, grad_s, None, None
 
 
-class KronPosterior:
+class KronPosterior(Posterior):
     structure = "kron"
 
     def __init__(self, blocks, n_params):
@@ -89,7 +91,7 @@ class KronPosterior:
             total = total + _BlockLogDet.apply(delta[sl], s, lam, factors)
         return total
 
-    def set_prior(self, delta, s):
+    def _apply_prior(self, delta, s):
         delta = delta.detach().to(self.blocks[0][2].device)
         self._inv = [1 / (s * lam + self._block_delta(delta, sl)) for sl, _, lam in self.blocks]
         self._single_output_root = self._bias_cov_cache = None
