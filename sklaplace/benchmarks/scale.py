@@ -7,8 +7,9 @@ Both libraries get the same trained module: sklaplace as ``FrozenEstimator(net)`
 (evidence tuning of a scalar prior), laplace-torch as a float64 copy on the same
 device (``fit`` on a DataLoader, ``optimize_prior_precision(method="marglik")``).
 *fit* = LA + scalar prior tuning; *predict* = the probit GLM predictive on the test
-rows (laplace-torch in batches of ``PEER_PREDICT_BATCH`` rows, so that its
-(n, C, P) Jacobians fit). Times are one run each after a small warm-up (CUDA
+rows (laplace-torch in batches of ``PEER_PREDICT_BATCH`` rows on CUDA, and on the CPU
+of as many rows as keep its (n, C, P) Jacobians within 1 GiB: with 500 rows of the
+2×256 net its all-weights predictive took the 24 GiB machine into the OOM killer). Times are one run each after a small warm-up (CUDA
 kernels, allocator); on CUDA the clock stops after a synchronize. A cell that fails
 (memory, an unsupported combination) shows the error's type and first words.
 """
@@ -109,10 +110,14 @@ def run_laplace_torch(net, X, y, X_test, subset, structure, device):
 
         t_fit, la = _clock(fit, device)
 
+        batch = PEER_PREDICT_BATCH
+        if torch.device(device).type == "cpu":
+            n_params = sum(p.numel() for p in model.parameters())
+            batch = max(1, min(batch, 2**30 // (8 * N_CLASSES * n_params)))
+
         def predict():
-            return torch.cat([la(X_test[s:s + PEER_PREDICT_BATCH], pred_type="glm",
-                                 link_approx="probit")
-                              for s in range(0, len(X_test), PEER_PREDICT_BATCH)])
+            return torch.cat([la(X_test[s:s + batch], pred_type="glm", link_approx="probit")
+                              for s in range(0, len(X_test), batch)])
 
         t_pred, proba = _clock(predict, device)
     return t_fit, t_pred, proba.cpu().numpy()
