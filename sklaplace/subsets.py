@@ -154,13 +154,10 @@ def single_pass(inputs, calls):
     return all(c == 1 for c in calls) and all(inputs[i].dim() == 2 for i in range(len(calls)))
 
 
-def _layer_moments(module, layers, X, posterior):
-    """MAP outputs and J Σ Jᵀ of a Kronecker or diagonal posterior over nn.Linear layers
-    without the (n, C, P) Jacobians: the Jacobian of output c for a layer with input a
-    and pre-activation s is g_c ⊗ a, g_c = ∂f_c/∂s (C backward passes), and the
-    posterior contracts those per layer (``layer_variance``), O(n·P + n·C²·Σ out).
-    None when a layer runs more than once or sees other than one row per data row.
-    """
+def _output_gradients(module, layers, X):
+    """(f (n, C), layer inputs a_i (n, in), G_i = ∂f/∂s_i (n, C, out)) of nn.Linear
+    ``layers`` with pre-activations s_i, by one forward and C backward passes; None when
+    a layer runs more than once or sees other than one row per data row."""
     n = X.shape[0]
     with _FUNCTIONAL_CALL_LOCK, preactivation_hooks(layers) as (inputs, eps, calls):
         with torch.enable_grad():
@@ -172,13 +169,44 @@ def _layer_moments(module, layers, X, posterior):
             grads = [torch.autograd.grad(f[:, c].sum(), targets, retain_graph=c + 1 < C,
                                          allow_unused=True, materialize_grads=True)
                      for c in range(C)]
+    G = [torch.stack([g[i] for g in grads], 1) for i in range(len(layers))]
+    return f.detach(), [inputs[i] for i in range(len(layers))], G
+
+
+def _layer_moments(module, layers, X, posterior):
+    """MAP outputs and J Σ Jᵀ of a Kronecker or diagonal posterior over nn.Linear layers
+    without the (n, C, P) Jacobians: the Jacobian of output c for a layer with input a
+    and pre-activation s is g_c ⊗ a, g_c = ∂f_c/∂s, and the posterior contracts those
+    per layer (``layer_variance``), O(n·P + n·C²·Σ out). None as :func:`_output_gradients`.
+    """
+    out = _output_gradients(module, layers, X)
+    if out is None:
+        return None
+    f, inputs, G = out
     var = 0
-    for i, (_, w, b) in enumerate(layers):
-        part = posterior.layer_variance(inputs[i], torch.stack([g[i] for g in grads], 1), w, b)
+    for (_, w, b), a, g in zip(layers, inputs, G):
+        part = posterior.layer_variance(a, g, w, b)
         if part is None:
             return None
         var = var + part
-    return f.detach(), var
+    return f, var
+
+
+def _layer_jacobians(module, layers, X, n_params):
+    """(f, J (n, C, P)) of a net whose weights all sit in ``layers`` (nn.Linear, row-major
+    W then b), from g_c ⊗ a per layer: no torch.func transforms, whose fixed cost
+    dominates small calls. None as :func:`_output_gradients`."""
+    out = _output_gradients(module, layers, X)
+    if out is None:
+        return None
+    f, inputs, G = out
+    n, C = f.shape
+    J = torch.zeros(n, C, n_params, dtype=f.dtype, device=f.device)
+    for (_, w, b), a, g in zip(layers, inputs, G):
+        J[:, :, w] = (g[:, :, :, None] * a[:, None, None, :]).reshape(n, C, -1)
+        if b is not None:
+            J[:, :, b] = g
+    return f, J
 
 
 class AllWeights:
@@ -230,6 +258,15 @@ class AllWeights:
         return _as_2d(f, X.shape[0])
 
     def jacobians(self, X):
+        layers = self._layers()
+        if layers:
+            out = _layer_jacobians(self.module, layers, X, self.n_params)
+            if out is not None:
+                return out
+        return self._functional_jacobians(X)
+
+    def _functional_jacobians(self, X):
+        """(f, J) by torch.func (vmap of jacrev): any architecture."""
         params = self._unflatten(self.theta)
 
         def single(p, x):

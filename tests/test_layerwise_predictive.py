@@ -123,3 +123,27 @@ def test_estimator_predictions_use_layer_moments(monkeypatch):
     assert calls
     monkeypatch.setattr(subsets, "_layer_moments", lambda *a: None)
     np.testing.assert_allclose(proba, clf.predict_proba(X), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(_nets()))
+def test_layer_jacobians_equal_torch_func(name):
+    module = _nets()[name].double()
+    X = torch.as_tensor(np.random.RandomState(3).randn(13, 4))
+    subset = AllWeights(module)
+    with torch.no_grad():
+        f, J = subset.jacobians(X)
+        f_ref, J_ref = subset._functional_jacobians(X)
+    assert subset._layers()
+    np.testing.assert_allclose(f.numpy(), f_ref.numpy(), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(J.numpy(), J_ref.numpy(), rtol=1e-12, atol=1e-13)
+
+
+def test_shared_layer_jacobians_fall_back_to_torch_func():
+    module = Shared().double()
+    X = torch.as_tensor(np.random.RandomState(3).randn(9, 4))
+    subset = AllWeights(module)
+    from sklaplace.subsets import _layer_jacobians
+
+    assert _layer_jacobians(module, subset._layers(), X, subset.n_params) is None
+    np.testing.assert_allclose(subset.jacobians(X)[1].numpy(),
+                               subset._functional_jacobians(X)[1].numpy(), rtol=1e-12)
