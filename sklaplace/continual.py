@@ -320,6 +320,7 @@ class TaskEvidence(Evidence):
         self._d2 = d**2
 
     def __call__(self, delta, sigma=None, index=None):
+        delta, sigma, index = self._on_theta_device(delta, sigma, index)
         if self.gaussian:
             loglik = gaussian_log_likelihood(self.sse, self.n_rows, sigma) / self.temperature
         else:

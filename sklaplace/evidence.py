@@ -92,6 +92,12 @@ class Evidence:
             self._sums_cache = cached
         return cached[2]
 
+    def _on_theta_device(self, delta, sigma, index):
+        """(δ, σ, index) on θ's device: the optimizer's hyperparameters live on the CPU."""
+        device = self.theta.device
+        sigma = None if sigma is None else torch.as_tensor(sigma).to(device)
+        return delta.to(device), sigma, None if index is None else self._on_device(index)
+
     def _on_device(self, index):
         """``index`` on θ's device, the same tensor for the same ``index`` (caches key on it)."""
         cached = self.__dict__.get("_index_cache")
@@ -126,10 +132,7 @@ class Evidence:
         lets the full and low-rank structures differentiate per group (O(L r²))
         instead of per weight (O(P r²)).
         """
-        device = self.theta.device  # the hyperparameters come from the optimizer (CPU)
-        delta = delta.to(device)
-        sigma = None if sigma is None else torch.as_tensor(sigma).to(device)
-        index = None if index is None else self._on_device(index)
+        delta, sigma, index = self._on_theta_device(delta, sigma, index)
         if self.gaussian:
             loglik = gaussian_log_likelihood(self.sse, self.n_rows, sigma) / self.temperature
         else:

@@ -245,14 +245,16 @@ def test_accumulated_diagonal_of_trained_tasks_is_the_sum_of_the_tasks_diagonals
     h1 = est._posterior.h.clone()
     theta1 = est._subset.theta.clone()
     est.partial_fit(X[30:], y[30:])
+    device = est._subset.theta.device
     h2 = compute_posterior("diag", est._subset, LIKELIHOODS["bernoulli"](),
-                           torch.as_tensor(X[30:]), torch.as_tensor(y[30:]).to(DT),
-                           torch.ones(1, dtype=DT)).h
+                           torch.as_tensor(X[30:], device=device),
+                           torch.as_tensor(y[30:], device=device).to(DT),
+                           torch.ones(1, dtype=DT, device=device)).h
     assert not torch.allclose(est._subset.theta, theta1)  # the net was trained on task 2
     torch.testing.assert_close(est._posterior.h, h1 + h2, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(
-        est._posterior.marginal_variance().numpy(),
-        1 / (h1 + h2 + est.prior_precision_).numpy(), rtol=1e-12)
+        est._posterior.marginal_variance().cpu().numpy(),
+        1 / (h1 + h2 + est.prior_precision_).cpu().numpy(), rtol=1e-12)
 
 
 def test_prior_precision_is_retuned_on_each_task_evidence():
