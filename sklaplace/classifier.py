@@ -87,6 +87,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", gp_subset_size=None, link_approx="probit", n_samples=100,
                  temperature=1.0,
+                 refine=None,
                  class_weight=None,
                  online_frequency=5, online_burn_in=0, online_steps=None, online_lr=0.1,
                  memory=None, random_state=None, verbose=0):
@@ -106,6 +107,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         self.curvature = curvature
         self.pred_type = pred_type
         self.gp_subset_size = gp_subset_size
+        self.refine = refine
         self.link_approx = link_approx
         self.n_samples = n_samples
         self.temperature = temperature

@@ -84,6 +84,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
                  subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", gp_subset_size=None, n_samples=100, temperature=1.0,
+                 refine=None,
                  sigma_noise=1.0,
                  normalize_y=True, online_frequency=5, online_burn_in=0, online_steps=None,
                  online_lr=0.1, memory=None, random_state=None, verbose=0):
@@ -103,6 +104,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         self.curvature = curvature
         self.pred_type = pred_type
         self.gp_subset_size = gp_subset_size
+        self.refine = refine
         self.n_samples = n_samples
         self.temperature = temperature
         self.sigma_noise = sigma_noise
