@@ -54,10 +54,11 @@ from .posterior import DiagPosterior, EigenPosterior
 
 #: Bytes of the cached training Jacobians (N·C·P float64) above which refinement is refused.
 JACOBIAN_BUDGET = 2 * 2**30
-#: L-BFGS iterations of the GLM mode ("laplace"), and its tolerance on the gradient's max
-#: norm relative to the prior precision times the largest |θ| (scale-free stopping rule).
+#: The GLM mode ("laplace"): L-BFGS iterations, then at most that many Newton-CG steps, to a
+#: gradient max norm of MODE_GTOL times the one at θ* (or 1).
 MODE_MAX_ITER = 20_000
-MODE_GTOL = 1e-10
+MODE_GTOL = 1e-9
+MODE_NEWTON_STEPS = 5
 #: Natural-gradient VI: steps, initial step size β, Monte Carlo draws per row for the
 #: expectations of the categorical / Bernoulli likelihoods (common random numbers).
 VI_STEPS = {"full": 20, "diag": 100}
@@ -183,25 +184,61 @@ def log_joint(glm, theta, delta):
 
 
 def glm_mode(glm, delta, start):
-    """argmin_θ L(θ) by L-BFGS; returns (θ, iterations, converged)."""
+    """argmin_θ L(θ): L-BFGS, then Newton-CG steps (Hessian-vector products Jᵀ Λ J v + D v on
+    the cached Jacobians) to the precision that L-BFGS's line search on L cannot reach.
+
+    Returns (θ, iterations, converged): converged when the gradient's max norm is at most
+    ``MODE_GTOL`` times that at the start (or 1).
+    """
     delta = delta.expand(glm.P) if delta.dim() == 0 else delta
+
+    def gradient(theta, f):
+        return glm.s * glm.pull_back(glm.residual(f) * glm.w[:, None]) + delta * theta
 
     def fun(x):
         theta = torch.from_numpy(x)
         f = glm.outputs(theta)
-        value = glm.data_term(f) + _prior_quadratic(delta, theta)
-        grad = glm.s * glm.pull_back(glm.residual(f) * glm.w[:, None]) + delta * theta
-        return value, grad.numpy()
+        return glm.data_term(f) + _prior_quadratic(delta, theta), gradient(theta, f).numpy()
 
-    x0 = start.numpy().astype(np.float64)
-    scale = float(delta.max()) * max(1.0, float(np.abs(x0).max()))
-    result = minimize(fun, x0, jac=True, method="L-BFGS-B",
+    g0 = float(gradient(start, glm.outputs(start)).abs().max())
+    tol = MODE_GTOL * max(1.0, g0)
+    result = minimize(fun, start.numpy().astype(np.float64), jac=True, method="L-BFGS-B",
                       options={"maxiter": MODE_MAX_ITER, "maxfun": 2 * MODE_MAX_ITER,
-                               "ftol": 0.0, "gtol": MODE_GTOL * scale, "maxcor": 20})
-    theta = torch.from_numpy(result.x)
-    grad = np.abs(fun(result.x)[1]).max()
-    converged = grad <= 1e3 * MODE_GTOL * scale
-    return theta, int(result.nit), bool(converged)
+                               "ftol": 0.0, "gtol": tol, "maxcor": 20})
+    theta, n_iter = torch.from_numpy(result.x), int(result.nit)
+    for _ in range(MODE_NEWTON_STEPS):
+        f = glm.outputs(theta)
+        grad = gradient(theta, f)
+        if float(grad.abs().max()) <= tol:
+            return theta, n_iter, True
+        F = glm.factors(f) * (glm.s * glm.w).sqrt()[:, None, None]
+
+        def hvp(v, F=F):
+            u = (glm.J2 @ v).reshape(glm.n, glm.C, 1)
+            return glm.pull_back(F @ (F.transpose(1, 2) @ u)) + delta * v
+
+        theta = theta - _conjugate_gradient(hvp, grad, 1e-3 * tol)
+        n_iter += 1
+    grad = gradient(theta, glm.outputs(theta))
+    return theta, n_iter, float(grad.abs().max()) <= tol
+
+
+def _conjugate_gradient(matvec, b, atol, max_iter=1000):
+    """x ≈ A⁻¹ b for an SPD operator A by conjugate gradients (‖A x − b‖∞ ≤ atol)."""
+    x = torch.zeros_like(b)
+    r = b.clone()
+    p = r.clone()
+    rr = float(r @ r)
+    for _ in range(max_iter):
+        if float(r.abs().max()) <= atol:
+            break
+        Ap = matvec(p)
+        alpha = rr / float(p @ Ap)
+        x += alpha * p
+        r -= alpha * Ap
+        rr, rr_old = float(r @ r), rr
+        p = r + (rr / rr_old) * p
+    return x
 
 
 def posterior_from_factor(U, structure):
@@ -217,19 +254,26 @@ def posterior_from_factor(U, structure):
 # ----------------------------------------------------------------------------- VI
 
 
+def _sym_sqrt(A):
+    """B with B Bᵀ = A for a batch of PSD C × C matrices (n, C, C)."""
+    if A.shape[-1] == 1:
+        return A.clamp_min(0).sqrt()
+    evals, evecs = torch.linalg.eigh(A)
+    return evecs * evals.clamp_min(0).sqrt()[:, None, :]
+
+
 def _chol_of_cov(V):
     """Cholesky factors of per-row covariances (n, C, C), jittered where needed."""
     eye = torch.eye(V.shape[-1], dtype=V.dtype)
     jitter = 1e-10 * (V.diagonal(dim1=1, dim2=2).mean(-1).clamp_min(1e-30))[:, None, None]
     L, info = torch.linalg.cholesky_ex(V + jitter * eye)
     if bool((info > 0).any()):
-        evals, evecs = torch.linalg.eigh(V)
-        L = evecs * evals.clamp_min(0).sqrt()[:, None, :]
+        L = _sym_sqrt(V)
     return L
 
 
 class _Expectations:
-    """E_q[ℓ_n], E_q[∂ℓ_n/∂f], E_q[Λ_n] factors under f_n ~ N(μ_n, V_n).
+    """E_q[ℓ_n], E_q[∂ℓ_n/∂f] and E_q[Λ_n] under f_n ~ N(μ_n, V_n).
 
     Gaussian: closed form. Categorical / Bernoulli: Monte Carlo with fixed
     standard-normal draws (common random numbers, so the ELBO is a
@@ -246,84 +290,111 @@ class _Expectations:
         if glm.gaussian:
             trace = (V.diagonal(dim1=1, dim2=2) * glm.out_scale**2).sum(-1)
             return glm.row_nll(mu) + 0.5 * trace
-        f = self._samples(mu, V)
-        return torch.stack([glm.row_nll(fs) for fs in f]).mean(0)
+        return torch.stack([glm.row_nll(fs) for fs in self._samples(mu, V)]).mean(0)
 
-    def grad_and_factors(self, mu, V):
-        """(E[∂ℓ/∂f] (n, C), F (n, C, K) with F Fᵀ = E[Λ])."""
+    def grad_and_hessian(self, mu, V):
+        """(E[∂ℓ/∂f] (n, C), E[Λ] (n, C, C))."""
         glm = self.glm
         if glm.gaussian:
-            return glm.residual(mu), glm.factors(mu)
-        f = self._samples(mu, V)
-        grad = torch.stack([glm.residual(fs) for fs in f]).mean(0)
-        F = torch.cat([glm.factors(fs) for fs in f], dim=2) / math.sqrt(len(f))
-        if F.shape[2] > glm.C:  # E[Λ] as a C × C matrix: its own square root (C columns)
-            lam = F @ F.transpose(1, 2)
-            evals, evecs = torch.linalg.eigh(lam)
-            F = evecs * evals.clamp_min(0).sqrt()[:, None, :]
-        return grad, F
+            F = glm.factors(mu)
+            return glm.residual(mu), F @ F.transpose(1, 2)
+        grad = torch.zeros_like(mu)
+        hess = torch.zeros(glm.n, glm.C, glm.C, dtype=mu.dtype)
+        for fs in self._samples(mu, V):
+            grad += glm.residual(fs)
+            F = glm.factors(fs)
+            hess += F @ F.transpose(1, 2)
+        return grad / len(self.eps), hess / len(self.eps)
 
     def _samples(self, mu, V):
         L = _chol_of_cov(V)
         return mu[None] + torch.einsum("ncd,snd->snc", L, self.eps)
 
 
-def _kl(m, prec_logdet, trace_ds, delta):
-    """KL(N(m, S) ‖ N(0, D⁻¹)) from log det S⁻¹ and tr(D S)."""
-    delta = delta.expand(m.numel()) if delta.dim() == 0 else delta
-    return 0.5 * (trace_ds + float((delta * m**2).sum()) - m.numel() + prec_logdet
-                  - float(torch.log(delta).sum()))
-
-
 class _Gaussian:
-    """q(θ) = N(m, S) with a full or diagonal precision matrix."""
+    """q(θ) = N(m, S) with S⁻¹ = D + Jᵀ A J (full) or D + diag(Jᵀ A J) (diag).
 
-    def __init__(self, structure, m, precision):
-        self.structure, self.m, self.precision = structure, m, precision
+    A is block-diagonal with one C × C block per training row (``A`` (n, C, C)):
+    natural-gradient steps only ever mix such precisions, and the optimal
+    Gaussian of a GLM has this form (Opper & Archambeau, 2009).  U = Jᵀ A^½
+    (P × n·C) gives Jᵀ A J = U Uᵀ; the full covariance is handled in weight
+    space (P × P) or, when n·C < P, through the n·C × n·C capacitance
+    I + Uᵀ D⁻¹ U (Woodbury and the determinant lemma).
+    """
+
+    def __init__(self, structure, glm, m, A, delta):
+        self.structure, self.glm, self.m, self.A, self.delta = structure, glm, m, A, delta
+        B = _sym_sqrt(A)
+        self.U = torch.einsum("ncp,nck->pnk", glm.J, B).reshape(glm.P, -1)
         if structure == "diag":
-            self.var = 1.0 / precision
+            self.precision = delta + (self.U**2).sum(1)
+            self.kernel = False
+        elif self.U.shape[1] < glm.P:
+            self.kernel = True
+            UD = self.U / delta[:, None]
+            self.UD = UD
+            G = self.U.T @ UD
+            self.G = G
+            self.chol = torch.linalg.cholesky(G + torch.eye(G.shape[0], dtype=G.dtype))
         else:
+            self.kernel = False
+            precision = self.U @ self.U.T
+            precision.diagonal().add_(delta)
             self.chol = torch.linalg.cholesky(precision)
 
-    def output_cov(self, J):
+    def output_cov(self):
+        """V_n = J_n S J_nᵀ for every training row, (n, C, C)."""
+        J = self.glm.J
         if self.structure == "diag":
-            return (J * self.var) @ J.transpose(1, 2)
+            return (J / self.precision) @ J.transpose(1, 2)
+        if self.kernel:
+            base = (J / self.delta) @ J.transpose(1, 2)
+            W = self.glm.J2 @ self.UD  # (n·C, n·K): rows J_n D⁻¹ U
+            X = torch.linalg.solve_triangular(self.chol, W.T, upper=False)
+            X = X.T.reshape(self.glm.n, self.glm.C, -1)
+            return base - X @ X.transpose(1, 2)
         n, C, P = J.shape
-        A = torch.linalg.solve_triangular(self.chol, J.reshape(-1, P).T, upper=False)
-        A = A.T.reshape(n, C, P)
-        return A @ A.transpose(1, 2)
+        X = torch.linalg.solve_triangular(self.chol, self.glm.J2.T, upper=False)
+        X = X.T.reshape(n, C, P)
+        return X @ X.transpose(1, 2)
 
     def solve(self, g):
+        """S g."""
         if self.structure == "diag":
-            return g * self.var
+            return g / self.precision
+        if self.kernel:
+            gd = g / self.delta
+            inner = torch.cholesky_solve((self.U.T @ gd)[:, None], self.chol)[:, 0]
+            return gd - self.UD @ inner
         return torch.cholesky_solve(g[:, None], self.chol)[:, 0]
 
-    def logdet_precision(self):
+    def kl(self):
+        """KL(N(m, S) ‖ N(0, D⁻¹))."""
+        delta, m = self.delta, self.m
+        log_d = float(torch.log(delta).sum())
         if self.structure == "diag":
-            return float(torch.log(self.precision).sum())
-        return 2 * float(self.chol.diagonal().log().sum())
+            logdet_prec = float(torch.log(self.precision).sum())
+            trace = float((delta / self.precision).sum())
+        elif self.kernel:
+            logdet_prec = log_d + 2 * float(self.chol.diagonal().log().sum())
+            trace = self.glm.P - float(torch.cholesky_solve(self.G, self.chol).trace())
+        else:
+            logdet_prec = 2 * float(self.chol.diagonal().log().sum())
+            trace = float((delta * torch.cholesky_inverse(self.chol).diagonal()).sum())
+        return 0.5 * (trace + float((delta * m**2).sum()) - m.numel() + logdet_prec - log_d)
 
-    def trace_prior(self, delta):
-        if self.structure == "diag":
-            return float((delta * self.var).sum())
-        inv = torch.cholesky_inverse(self.chol)
-        return float((delta * inv.diagonal()).sum())
+    def posterior(self):
+        """The prediction structure of this q (its precision with prior δ and s = 1)."""
+        one = torch.tensor(1.0, dtype=self.m.dtype)
+        return posterior_from_factor(self.U, self.structure).set_prior(
+            self.delta if self.delta.unique().numel() > 1 else self.delta[0], one)
 
 
-def _elbo(glm, q, delta, expect):
-    V = q.output_cov(glm.J)
+def _elbo(glm, q, expect):
+    V = q.output_cov()
     mu = glm.outputs(q.m)
     data = glm.s * float(glm.w @ expect.nll(mu, V))
-    return -(data + _kl(q.m, q.logdet_precision(), q.trace_prior(delta), delta)), mu, V
-
-
-def _curvature_precision(glm, F, delta, structure):
-    U = glm.curvature_factor(F)
-    if structure == "diag":
-        return glm.s * (U**2).sum(1) + delta
-    H = glm.s * (U @ U.T)
-    H.diagonal().add_(delta)
-    return H
+    return -(data + q.kl()), mu, V
 
 
 def natural_gradient_vi(glm, delta, structure, generator, steps=None):
@@ -331,29 +402,29 @@ def natural_gradient_vi(glm, delta, structure, generator, steps=None):
 
     Returns (q, ELBO at the start, ELBO at the end, steps taken).
     """
-    delta_p = delta.expand(glm.P) if delta.dim() == 0 else delta
+    delta = delta.expand(glm.P) if delta.dim() == 0 else delta
     expect = _Expectations(glm, generator)
-    m = glm.theta_star.clone()
+    scale = (glm.s * glm.w)[:, None, None]
     F0 = glm.factors(glm.f0)
-    q = _Gaussian(structure, m, _curvature_precision(glm, F0, delta_p, structure))
-    elbo, mu, V = _elbo(glm, q, delta_p, expect)
+    q = _Gaussian(structure, glm, glm.theta_star.clone(), scale * (F0 @ F0.transpose(1, 2)),
+                  delta)
+    elbo, mu, V = _elbo(glm, q, expect)
     start = elbo
     beta = VI_STEP_SIZE
     steps = VI_STEPS[structure] if steps is None else steps
     done = 0
     for done in range(1, steps + 1):
-        grad_f, F = expect.grad_and_factors(mu, V)
-        target = _curvature_precision(glm, F, delta_p, structure)
-        grad = glm.s * glm.pull_back(grad_f * glm.w[:, None]) + delta_p * q.m
+        grad_f, hess = expect.grad_and_hessian(mu, V)
+        target = scale * hess
+        grad = glm.s * glm.pull_back(grad_f * glm.w[:, None]) + delta * q.m
         while True:
-            precision = (1 - beta) * q.precision + beta * target
             try:
-                trial = _Gaussian(structure, q.m, precision)
+                trial = _Gaussian(structure, glm, q.m, (1 - beta) * q.A + beta * target, delta)
             except torch.linalg.LinAlgError:
                 trial = None
             if trial is not None:
                 trial.m = q.m - beta * trial.solve(grad)
-                value, mu_t, V_t = _elbo(glm, trial, delta_p, expect)
+                value, mu_t, V_t = _elbo(glm, trial, expect)
                 if value >= elbo:
                     gain = value - elbo
                     q, elbo, mu, V = trial, value, mu_t, V_t
@@ -365,19 +436,6 @@ def natural_gradient_vi(glm, delta, structure, generator, steps=None):
                 return q, start, elbo, done
         beta = min(VI_STEP_SIZE, 2 * beta)
     return q, start, elbo, done
-
-
-def _posterior_from_gaussian(q, structure):
-    """A prediction posterior with covariance S of q (set_prior(0-prior) form)."""
-    if structure == "diag":
-        post = DiagPosterior(q.precision.clone())
-        return post.set_prior(torch.zeros((), dtype=q.precision.dtype), torch.tensor(1.0))
-    # S = (precision)⁻¹: eigendecompose the precision itself and use D = 0 ... the
-    # EigenPosterior form needs a positive prior, so split off its smallest eigenvalue.
-    lam, V = torch.linalg.eigh(q.precision)
-    floor = lam.min().clamp_min(1e-300) / 2
-    post = EigenPosterior(V, (lam - floor).clamp_min(0), q.precision.shape[0])
-    return post.set_prior(floor.reshape(()), torch.tensor(1.0, dtype=lam.dtype))
 
 
 # ----------------------------------------------------------------------------- entry
@@ -407,8 +465,9 @@ def refine_posterior(method, structure, subset, likelihood, X, y, weight, delta,
             theta, n_iter, converged = glm_mode(glm, delta_p, glm.theta_star)
             if not converged:
                 warnings.warn(
-                    f"refine='laplace': L-BFGS did not reach the GLM mode in {MODE_MAX_ITER} "
-                    "iterations; the refined posterior is centred at the last iterate.",
+                    f"refine='laplace': the GLM mode was not reached in {n_iter} iterations "
+                    "(L-BFGS and Newton-CG); the refined posterior is centred at the last "
+                    "iterate.",
                     ConvergenceWarning)
             after = log_joint(glm, theta, delta_p)
             U = glm.curvature_factor(glm.factors(glm.outputs(theta)))
@@ -417,7 +476,7 @@ def refine_posterior(method, structure, subset, likelihood, X, y, weight, delta,
             generator = torch.Generator().manual_seed(int(random_state))
             q, before, after, n_iter = natural_gradient_vi(glm, delta, structure, generator)
             theta = q.m
-            posterior = _posterior_from_gaussian(q, structure)
+            posterior = q.posterior()
     log(f"refine={method!r} ({structure}): objective {before:.6g} → {after:.6g} in "
         f"{n_iter} iterations")
     info = {"objective_init": float(before), "objective": float(after), "n_iter": int(n_iter)}

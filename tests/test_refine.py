@@ -212,31 +212,36 @@ def test_vi_refinement_on_a_trained_net_raises_the_elbo(structure):
     assert not np.allclose(proba, plain.predict_proba(X), atol=1e-6)
 
 
-def test_vi_elbo_is_exact_for_a_gaussian_likelihood():
-    """ELBO of q = N(m, S) in a linear-Gaussian model against its closed form."""
+@pytest.mark.parametrize("structure, n_params", [("full", 3), ("full", 20), ("diag", 20)])
+def test_vi_elbo_is_exact_for_a_gaussian_likelihood(structure, n_params):
+    """ELBO of q = N(m, S) in a linear-Gaussian model against its closed form: the full
+    covariance in weight space (n·C ≥ P) and through the kernel (n·C < P), and diagonal."""
     rng = np.random.RandomState(3)
-    n, P = 12, 3
+    n, P = 12, n_params
     J = torch.as_tensor(rng.randn(n, 1, P))
     y = torch.as_tensor(rng.randn(n, 1))
     star = torch.as_tensor(rng.randn(P))
     f0 = torch.as_tensor(rng.randn(n, 1))
-    s, delta = 1.7, torch.tensor(0.6, dtype=torch.float64)
+    s = 1.7
+    delta = torch.as_tensor(rng.uniform(0.3, 2.0, size=P))
     glm = refine_module.GLM(LIKELIHOODS["gaussian"](), f0, J, y, star, s,
                             torch.ones(1, dtype=torch.float64))
     m = torch.as_tensor(rng.randn(P))
-    A = rng.randn(P, P)
-    precision = torch.as_tensor(A @ A.T + np.eye(P))
-    q = refine_module._Gaussian("full", m, precision)
-    expect = refine_module._Expectations(glm, None)
-    elbo = refine_module._elbo(glm, q, delta.expand(P), expect)[0]
-    S = np.linalg.inv(precision.numpy())
-    Jm = J.numpy()[:, 0]
+    A = torch.as_tensor(rng.uniform(0.1, 3.0, size=(n, 1, 1)))
+    q = refine_module._Gaussian(structure, glm, m, A, delta)
+    elbo = refine_module._elbo(glm, q, refine_module._Expectations(glm, None))[0]
+    Jm, d = J.numpy()[:, 0], delta.numpy()
+    precision = Jm.T @ (A.numpy()[:, 0] * Jm) + np.diag(d)
+    if structure == "diag":
+        precision = np.diag(np.diag(precision))
+    S = np.linalg.inv(precision)
     mu = f0.numpy()[:, 0] + Jm @ (m.numpy() - star.numpy())
     data = 0.5 * s * (((y.numpy()[:, 0] - mu) ** 2).sum() + np.einsum("np,pq,nq->", Jm, S, Jm))
-    d = 0.6
-    kl = 0.5 * (d * np.trace(S) + d * m.numpy() @ m.numpy() - P - np.log(np.linalg.det(S))
-                - P * np.log(d))
-    assert elbo == pytest.approx(-(data + kl), rel=1e-12)
+    kl = 0.5 * (np.trace(np.diag(d) @ S) + m.numpy() @ (d * m.numpy()) - P
+                - np.linalg.slogdet(S)[1] - np.log(d).sum())
+    assert elbo == pytest.approx(-(data + kl), rel=1e-10)
+    np.testing.assert_allclose(q.solve(torch.ones(P, dtype=torch.float64)).numpy(),
+                               S @ np.ones(P), rtol=1e-9)
 
 
 def test_refine_refuses_jacobians_beyond_the_budget(monkeypatch):
