@@ -57,6 +57,13 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     log_evidence_ : float
     evidence_history_ : list of dict
         Online tuning only.
+    refine_objective_init_ : float
+        ``refine`` only: the GLM's log joint at θ* (``"laplace"``) or the ELBO
+        of the Laplace-GGN posterior (``"vi"``), up to constants.
+    refine_objective_ : float
+        ``refine`` only: the same at the refined posterior.
+    refine_n_iter_ : int
+        ``refine`` only: L-BFGS and Newton-CG iterations, or natural-gradient steps.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
 
