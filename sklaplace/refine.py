@@ -311,6 +311,12 @@ class _Expectations:
         return mu[None] + torch.einsum("ncd,snd->snc", L, self.eps)
 
 
+def _row_blocks(glm, budget=2**24):
+    """Row slices whose Jacobian block stays within ``budget`` bytes (cache-friendly)."""
+    rows = max(1, budget // (8 * glm.C * glm.P))
+    return [slice(s, s + rows) for s in range(0, glm.n, rows)]
+
+
 class _Gaussian:
     """q(θ) = N(m, S) with S⁻¹ = D + Jᵀ A J (full) or D + diag(Jᵀ A J) (diag).
 
@@ -324,12 +330,18 @@ class _Gaussian:
 
     def __init__(self, structure, glm, m, A, delta):
         self.structure, self.glm, self.m, self.A, self.delta = structure, glm, m, A, delta
+        self.kernel = False
+        if structure == "diag":  # diag(Jᵀ A J) over row blocks: no P × n·C factor
+            h = torch.zeros(glm.P, dtype=glm.J.dtype)
+            for sl in _row_blocks(glm):
+                J = glm.J[sl]
+                h += (J * (A[sl] @ J)).sum((0, 1))
+            self.h = h
+            self.precision = delta + h
+            return
         B = _sym_sqrt(A)
         self.U = torch.einsum("ncp,nck->pnk", glm.J, B).reshape(glm.P, -1)
-        if structure == "diag":
-            self.precision = delta + (self.U**2).sum(1)
-            self.kernel = False
-        elif self.U.shape[1] < glm.P:
+        if self.U.shape[1] < glm.P:
             self.kernel = True
             UD = self.U / delta[:, None]
             self.UD = UD
@@ -346,7 +358,9 @@ class _Gaussian:
         """V_n = J_n S J_nᵀ for every training row, (n, C, C)."""
         J = self.glm.J
         if self.structure == "diag":
-            return (J / self.precision) @ J.transpose(1, 2)
+            var = 1.0 / self.precision
+            return torch.cat([(J[sl] * var) @ J[sl].transpose(1, 2)
+                              for sl in _row_blocks(self.glm)])
         if self.kernel:
             base = (J / self.delta) @ J.transpose(1, 2)
             W = self.glm.J2 @ self.UD  # (n·C, n·K): rows J_n D⁻¹ U
@@ -386,8 +400,10 @@ class _Gaussian:
     def posterior(self):
         """The prediction structure of this q (its precision with prior δ and s = 1)."""
         one = torch.tensor(1.0, dtype=self.m.dtype)
-        return posterior_from_factor(self.U, self.structure).set_prior(
-            self.delta if self.delta.unique().numel() > 1 else self.delta[0], one)
+        delta = self.delta if self.delta.unique().numel() > 1 else self.delta[0]
+        if self.structure == "diag":
+            return DiagPosterior(self.h).set_prior(delta, one)
+        return posterior_from_factor(self.U, self.structure).set_prior(delta, one)
 
 
 def _elbo(glm, q, expect):

@@ -128,6 +128,8 @@ CLASSIFICATION_COLUMNS = MappingProxyType({
     "online_kron": None,
     "glm_refine": "glm-refine",
     "glm_refine_diag": "glm-refine-d",
+    "glm_refine_laplace": None,  # the paper's refine columns are VI
+    "glm_refine_laplace_diag": None,
     "gp": "glm",  # the GP predictive on all rows is the full GLM predictive
 })
 
