@@ -61,6 +61,7 @@ CHOICES = {
     "curvature": ("ggn", "ef"),
     "pred_type": ("glm", "nn", "gp"),
     "link_approx": ("probit", "bridge", "mc"),
+    "refine": (None, "laplace", "vi"),
 }
 
 
@@ -256,8 +257,9 @@ class BaseLaplace(BaseEstimator):
     # ------------------------------------------------------------ validation
     def _validate_params(self):
         for name in ("prior_structure", "hyperparameter_tuning", "subset_of_weights",
-                     "hessian_structure", "curvature", "pred_type"):
+                     "hessian_structure", "curvature", "pred_type", "refine"):
             check_choice(name, getattr(self, name))
+        self._validate_refine()
         for name in ("max_epochs", "batch_size", "n_samples", "online_frequency"):
             check_positive(name, getattr(self, name), integer=True)
         check_positive("online_steps", self.online_steps, integer=True, allow_none=True)
@@ -317,6 +319,18 @@ class BaseLaplace(BaseEstimator):
                     "hyperparameter_tuning='online' trains the network; it cannot be used with a "
                     "FrozenEstimator net."
                 )
+
+    def _validate_refine(self):
+        if self.refine is None:
+            return
+        for name, value, allowed in (
+                ("hessian_structure", self.hessian_structure, ("auto", "full", "diag")),
+                ("curvature", self.curvature, ("ggn",)),
+                ("pred_type", self.pred_type, ("glm", "nn"))):
+            if value not in allowed:
+                raise ValueError(
+                    f"refine={self.refine!r} needs {name} in {list(allowed)} (the GLM's "
+                    f"Gaussian, full or diagonal, with its exact Hessian), got {value!r}.")
 
     # ------------------------------------------------------------ the network
     def _prepare_net(self, n_features, n_outputs):
@@ -386,7 +400,8 @@ class BaseLaplace(BaseEstimator):
         in training, curvature, evidence and the held-out NLL (split with the rows).
         """
         self._validate_params()
-        for stale in ("validation_nll_", "evidence_history_",  # of an earlier fit, other tuning
+        for stale in ("validation_nll_", "evidence_history_", "refine_objective_init_",
+                      "refine_objective_", "refine_n_iter_",  # of an earlier fit, other tuning
                       "n_tasks_", "_continual_rows"):  # or of earlier partial_fit calls
             self.__dict__.pop(stale, None)
         rng = check_seed("random_state", self.random_state)
@@ -660,6 +675,8 @@ class BaseLaplace(BaseEstimator):
         if self.pred_type == "gp":
             self._posterior = self._gp_posterior(subset, likelihood, Xt, yt, out_scale, wt,
                                                  delta, sigma)
+        if self.refine is not None and validation is None:  # not on the "cv" choice pass
+            self._refine(structure, likelihood, Xt, yt, wt, delta, sigma, out_scale, n_out)
         with torch.no_grad():
             log_ev = float(evidence(delta, sigma))
         self.log_evidence_ = log_ev + self._evidence_offset(y_scale, n_rows)
@@ -683,6 +700,21 @@ class BaseLaplace(BaseEstimator):
         posterior = compute_posterior("full", subset, likelihood, X[rows], y[rows], out_scale,
                                       self.curvature, weight=scaled)
         return posterior.with_prior(delta, self._curvature_scale(sigma))
+
+    def _refine(self, structure, likelihood, X, y, weight, delta, sigma, out_scale, n_out):
+        """GLM posterior refinement (``refine``, see :mod:`sklaplace.refine`) at the
+        chosen prior and noise; replaces the prediction subset and posterior."""
+        from .refine import refine_posterior
+
+        if self._likelihood_name == "gaussian" and sigma.dim() > 0:
+            out_scale = 1.0 / sigma  # the per-output noise the posterior was rebuilt at
+        self._subset, self._posterior, info = refine_posterior(
+            self.refine, structure, self._subset, likelihood, X, y, weight, delta,
+            float(self._curvature_scale(sigma)), out_scale, n_out,
+            random_state=self._prediction_seed, log=self._log)
+        self.refine_objective_init_ = info["objective_init"]
+        self.refine_objective_ = info["objective"]
+        self.refine_n_iter_ = info["n_iter"]
 
     def _check_time(self, structure, n_rows, n_out, n_params):
         """Warn before a full / low-rank curvature estimated beyond the time budget."""
@@ -959,6 +991,17 @@ PARAMS_DOC = """
         those rows whatever ``hessian_structure`` is (that one still gives the
         evidence and the tuning). With all rows it equals the full GLM
         predictive.
+    refine : {"laplace", "vi"} or None, default=None
+        GLM posterior refinement (Immer et al. 2021, §3.2): inference in the
+        linearized model f(x; θ*) + J(x)(θ − θ*), whose log joint is convex, on
+        the training Jacobians computed once and cached (refused above
+        ``sklaplace.refine.JACOBIAN_BUDGET`` bytes of N·C·P floats).
+        ``"laplace"``: the GLM's mode by L-BFGS and the Laplace approximation
+        there (its exact Hessian); ``"vi"``: Gaussian variational inference in
+        the GLM by natural-gradient steps from the Laplace-GGN posterior. Full or
+        diagonal (``hessian_structure``), GGN curvature, ``pred_type`` "glm" or
+        "nn"; it runs after δ (and σ) are chosen, and the predictive mean moves
+        to the refined one. ``None``: the Laplace-GGN posterior at θ*.
     gp_subset_size : int or None, default=None
         M, the training rows of ``pred_type="gp"`` (a random subset drawn from
         ``random_state``); None: all rows.

@@ -63,6 +63,13 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         ``partial_fit`` only: the number of tasks (calls, a preceding ``fit``
         counting as one) the posterior has absorbed; ``log_evidence_`` is then
         the evidence of the last task given the earlier ones.
+    refine_objective_init_ : float
+        ``refine`` only: the GLM's log joint at θ* (``"laplace"``) or the ELBO
+        of the Laplace-GGN posterior (``"vi"``), up to constants.
+    refine_objective_ : float
+        ``refine`` only: the same at the refined posterior.
+    refine_n_iter_ : int
+        ``refine`` only: L-BFGS and Newton-CG iterations, or natural-gradient steps.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
 
@@ -90,6 +97,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
                  subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", gp_subset_size=None, n_samples=100, temperature=1.0,
+                 refine=None,
                  sigma_noise=1.0,
                  normalize_y=True, online_frequency=5, online_burn_in=0, online_steps=None,
                  online_lr=0.1, device="cpu", memory=None, random_state=None, verbose=0):
@@ -109,6 +117,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         self.curvature = curvature
         self.pred_type = pred_type
         self.gp_subset_size = gp_subset_size
+        self.refine = refine
         self.n_samples = n_samples
         self.temperature = temperature
         self.sigma_noise = sigma_noise

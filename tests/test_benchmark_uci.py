@@ -33,6 +33,12 @@ def test_uci_quick_mode(tmp_path, data_dir, capsys):
         if r["method"] == "map":  # every dataset here has a printed MAP value
             assert math.isfinite(r["paper_nll_mean"]) and r["nll_flag"] in ("ok", "better", "worse", "(variant)")
 
+    # gp on all training rows is the full GLM predictive: same δ, same numbers
+    by_key = {(r["dataset"], r["method"]): r for r in rows}
+    for d in uci.QUICK_DATASETS["classification"]:
+        assert by_key[(d, "gp")]["nll_mean"] == pytest.approx(by_key[(d, "glm")]["nll_mean"],
+                                                             rel=1e-6)
+
     with open(out_csv, newline="") as fh:
         table = list(csv.DictReader(fh))
     assert len(table) == len(expected)

@@ -137,3 +137,29 @@ def test_device_parameter_does_not_override_a_skorch_net():
     expected = "Set the device on the skorch net" if torch.cuda.is_available() else "no CUDA"
     with pytest.raises(ValueError, match=expected):
         LaplaceClassifier(net, device="cuda:0").fit(X.astype(np.float32), y)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("refine", ["laplace", "vi"])
+@pytest.mark.parametrize("structure", ["full", "diag"])
+@pytest.mark.parametrize("kind", ["classification", "regression"])
+def test_refine_on_cuda_equals_cpu(refine, structure, kind):
+    from sklaplace import LaplaceRegressor
+
+    X, y = load_iris(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    if kind == "regression":
+        y = X[:, 0] * 2.0 - X[:, 1] + 0.1 * np.random.RandomState(0).randn(len(X))
+        X = np.hstack([X[:, 1:], X[:, 1:2] ** 2])
+    cpu_net, cuda_net = _frozen_pair(kind, X, y)
+    Est = LaplaceClassifier if kind == "classification" else LaplaceRegressor
+    params = dict(subset_of_weights="all", hessian_structure=structure, refine=refine,
+                  hyperparameter_tuning="evidence", random_state=0)
+    cpu = Est(cpu_net, **params).fit(X, y)
+    gpu = Est(cuda_net, **params).fit(X, y)
+    np.testing.assert_allclose(gpu.refine_objective_, cpu.refine_objective_, rtol=1e-6)
+    if kind == "classification":
+        np.testing.assert_allclose(gpu.predict_proba(X), cpu.predict_proba(X), atol=1e-6)
+    else:
+        for a, b in zip(gpu.predict(X, return_std=True), cpu.predict(X, return_std=True)):
+            np.testing.assert_allclose(a, b, rtol=1e-6)

@@ -102,6 +102,12 @@ PARAM_CASES = [
     (dict(hessian_structure="block"), ValueError, "hessian_structure must be one of"),
     (dict(curvature="fisher"), ValueError, "curvature must be one of"),
     (dict(pred_type="map"), ValueError, "pred_type must be one of"),
+    (dict(refine="newton"), ValueError, "refine must be one of"),
+    (dict(refine=True), ValueError, "refine must be one of"),
+    (dict(refine="laplace", hessian_structure="kron"), ValueError,
+     "refine='laplace' needs hessian_structure in"),
+    (dict(refine="vi", curvature="ef"), ValueError, "refine='vi' needs curvature in"),
+    (dict(refine="vi", pred_type="gp"), ValueError, "refine='vi' needs pred_type in"),
     (dict(subset_of_weights="subnetwork"), ValueError, "needs subnetwork="),
     (dict(subset_of_weights="subnetwork", subnetwork="layers.0.weight"), ValueError,
      "subnetwork must be a positive int or a list"),
@@ -466,8 +472,8 @@ INVALID_POSITIVE_INT = st.one_of(
     st.sampled_from(["5", None, True, np.inf]),
 )
 CHOICE_PARAMS = ["prior_structure", "hyperparameter_tuning", "subset_of_weights",
-                 "hessian_structure", "curvature", "pred_type"]
-CHOICE_VALUES = {"scalar", "layerwise", "diag", "evidence", "online", "auto", "all",
+                 "hessian_structure", "curvature", "pred_type", "refine"]
+CHOICE_VALUES = {"laplace", "vi", "scalar", "layerwise", "diag", "evidence", "online", "auto", "all",
                  "last_layer", "subnetwork", "full", "kron", "lowrank", "ggn", "ef", "glm",
                  "nn", "probit", "bridge", "mc"}
 

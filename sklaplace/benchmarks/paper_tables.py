@@ -126,6 +126,11 @@ CLASSIFICATION_COLUMNS = MappingProxyType({
     "bnn": "bnn",
     "la_evidence": None,
     "online_kron": None,
+    "glm_refine": "glm-refine",
+    "glm_refine_diag": "glm-refine-d",
+    "glm_refine_laplace": None,  # the paper's refine columns are VI
+    "glm_refine_laplace_diag": None,
+    "gp": "glm",  # the GP predictive on all rows is the full GLM predictive
 })
 
 #: Our data set name → the paper's row name.

@@ -1,0 +1,280 @@
+"""refine: GLM posterior refinement (GLM paper §3.2) against exact references.
+
+A net without hidden layer is its own GLM, so refinement is exact inference in
+Bayesian logistic / linear regression: its Laplace refinement must land on the
+exact mode and the exact Hessian there, from any starting weights, and must not
+move an LA that already sits at the mode.  On a net with a hidden layer the
+refined Gaussian must improve the GLM's objective.
+"""
+
+import numpy as np
+import pytest
+import torch
+from skorch import NeuralNet
+from sklearn.frozen import FrozenEstimator
+from torch import nn
+from torch.func import functional_call, jvp
+
+from sklaplace import LaplaceClassifier, LaplaceRegressor
+from sklaplace import refine as refine_module
+from sklaplace.likelihoods import LIKELIHOODS
+
+DELTA = 2.0
+
+
+def _frozen(n_in, n_out, hidden=None, criterion=nn.CrossEntropyLoss, seed=0, theta=None):
+    torch.manual_seed(seed)
+    layers = [nn.Linear(n_in, n_out)] if hidden is None else [
+        nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, n_out)]
+    module = nn.Sequential(*layers).double()
+    if theta is not None:  # [vec W (row-major), b]
+        with torch.no_grad():
+            module[0].weight.copy_(torch.as_tensor(theta[:n_out * n_in]).reshape(n_out, n_in))
+            module[0].bias.copy_(torch.as_tensor(theta[n_out * n_in:]))
+    return FrozenEstimator(NeuralNet(module, criterion=criterion).initialize())
+
+
+def _data(n=60, d=4, k=3, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, d)
+    y = np.argmax(X[:, :k] + 0.5 * rng.randn(n, k), axis=1)
+    return X, y
+
+
+def _linear_jacobians(X, k):
+    """J (n, k, k·d + k) of f = W x + b with θ = [vec W, b]."""
+    n, d = X.shape
+    J = np.zeros((n, k, k * d + k))
+    for c in range(k):
+        J[:, c, c * d:(c + 1) * d] = X
+        J[:, c, k * d + c] = 1.0
+    return J
+
+
+def _softmax_regression_la(X, y, k, delta, weight=None):
+    """Exact MAP of Bayesian multinomial logistic regression (prior N(0, δ⁻¹I) on W and
+    b) by Newton's method, and the Hessian of the negative log joint there."""
+    J = _linear_jacobians(X, k)
+    w = np.ones(len(X)) if weight is None else weight
+    Y = np.eye(k)[y]
+    theta = np.zeros(J.shape[2])
+    for _ in range(100):
+        F = np.einsum("ncp,p->nc", J, theta)
+        P = np.exp(F - F.max(1, keepdims=True))
+        P /= P.sum(1, keepdims=True)
+        grad = np.einsum("ncp,nc->p", J, (P - Y) * w[:, None]) + delta * theta
+        lam = (np.einsum("nc,cd->ncd", P, np.eye(k)) - np.einsum("nc,nd->ncd", P, P))
+        H = np.einsum("ncp,n,ncd,ndq->pq", J, w, lam, J) + delta * np.eye(len(theta))
+        theta = theta - np.linalg.solve(H, grad)
+        if np.abs(grad).max() < 1e-13:
+            break
+    return theta, H
+
+
+COMMON = dict(subset_of_weights="all", prior_precision=DELTA, hyperparameter_tuning=None,
+              random_state=0)
+
+
+@pytest.mark.parametrize("structure", ["full", "diag"])
+@pytest.mark.parametrize("start", ["random", "mode"])
+def test_laplace_refinement_of_logistic_regression_is_its_exact_la(structure, start):
+    X, y = _data()
+    theta, H = _softmax_regression_la(X, y, 3, DELTA)
+    net = _frozen(4, 3, theta=theta if start == "mode" else None)
+    clf = LaplaceClassifier(net, hessian_structure=structure, refine="laplace",
+                            **COMMON).fit(X, y)
+    np.testing.assert_allclose(clf._subset.theta.numpy(), theta, atol=1e-8)
+    X_test = np.random.RandomState(1).randn(7, 4)
+    J = _linear_jacobians(X_test, 3)
+    cov = np.linalg.inv(H) if structure == "full" else np.diag(1 / np.diag(H))
+    dist = clf.predict_dist(X_test)
+    np.testing.assert_allclose(dist.logit_mean, np.einsum("ncp,p->nc", J, theta), atol=1e-8)
+    np.testing.assert_allclose(dist.logit_cov, np.einsum("ncp,pq,ndq->ncd", J, cov, J),
+                               rtol=1e-7, atol=1e-10)
+    if start == "mode":  # already exact: refinement leaves the LA (and its objective) as is
+        plain = LaplaceClassifier(net, hessian_structure=structure, **COMMON).fit(X, y)
+        np.testing.assert_allclose(dist.logit_cov, plain.predict_dist(X_test).logit_cov,
+                                   rtol=1e-7, atol=1e-10)
+        assert clf.refine_objective_ == pytest.approx(clf.refine_objective_init_, abs=1e-9)
+    else:
+        assert clf.refine_objective_ > clf.refine_objective_init_ + 1.0
+
+
+def test_laplace_refinement_with_row_weights_equals_duplicated_rows():
+    X, y = _data(n=30)
+    weight = np.random.RandomState(2).randint(1, 4, size=30).astype(float)
+    theta, H = _softmax_regression_la(X, y, 3, DELTA, weight)
+    clf = LaplaceClassifier(_frozen(4, 3), hessian_structure="full", refine="laplace",
+                            **COMMON).fit(X, y, sample_weight=weight)
+    np.testing.assert_allclose(clf._subset.theta.numpy(), theta, atol=1e-8)
+    X_test = np.random.RandomState(1).randn(5, 4)
+    J = _linear_jacobians(X_test, 3)
+    np.testing.assert_allclose(clf.predict_dist(X_test).logit_cov,
+                               np.einsum("ncp,pq,ndq->ncd", J, np.linalg.inv(H), J),
+                               rtol=1e-7, atol=1e-10)
+
+
+def test_laplace_refinement_of_binary_logistic_regression():
+    X, y = _data(k=2)
+    Xb = np.hstack([X, np.ones((len(X), 1))])
+    theta = np.zeros(5)
+    for _ in range(100):  # Newton on the Bernoulli log joint
+        p = 1 / (1 + np.exp(-Xb @ theta))
+        grad = Xb.T @ (p - y) + DELTA * theta
+        H = (Xb * (p * (1 - p))[:, None]).T @ Xb + DELTA * np.eye(5)
+        theta -= np.linalg.solve(H, grad)
+    clf = LaplaceClassifier(_frozen(4, 1, criterion=nn.BCEWithLogitsLoss), refine="laplace",
+                            hessian_structure="full", **COMMON).fit(X, y)
+    X_test = np.random.RandomState(1).randn(6, 4)
+    Xt = np.hstack([X_test, np.ones((6, 1))])
+    mean, var = Xt @ theta, np.einsum("np,pq,nq->n", Xt, np.linalg.inv(H), Xt)
+    expected = 1 / (1 + np.exp(-mean / np.sqrt(1 + np.pi * var / 8)))
+    np.testing.assert_allclose(clf.predict_proba(X_test)[:, 1], expected, rtol=1e-8)
+
+
+@pytest.mark.parametrize("method", ["laplace", "vi"])
+def test_refinement_of_linear_regression_is_the_exact_posterior(method):
+    """Gaussian likelihood: the GLM posterior is Gaussian, so both the Laplace and the
+    (full-covariance) variational refinement are exact from any start."""
+    rng = np.random.RandomState(0)
+    X = rng.randn(40, 3)
+    y = X @ np.array([1.5, -2.0, 0.5]) + 0.3 + 0.4 * rng.randn(40)
+    sigma = 0.5
+    Xb = np.hstack([X, np.ones((40, 1))])
+    precision = Xb.T @ Xb / sigma**2 + DELTA * np.eye(4)
+    cov = np.linalg.inv(precision)
+    theta = cov @ Xb.T @ y / sigma**2
+    reg = LaplaceRegressor(_frozen(3, 1, criterion=nn.MSELoss), refine=method,
+                           hessian_structure="full", sigma_noise=sigma, normalize_y=False,
+                           **COMMON).fit(X, y)
+    X_test = rng.randn(5, 3)
+    Xt = np.hstack([X_test, np.ones((5, 1))])
+    mean, std = reg.predict(X_test, return_std=True)
+    np.testing.assert_allclose(mean, Xt @ theta, atol=1e-8)
+    np.testing.assert_allclose(std, np.sqrt(np.einsum("np,pq,nq->n", Xt, cov, Xt) + sigma**2),
+                               rtol=1e-8)
+
+
+def _glm_log_joint_and_grad(clf, X, y, theta):
+    """−L(θ) of the GLM of clf's net at θ* and its gradient, by autograd through
+    ``torch.func.jvp`` (independent of the cached Jacobians)."""
+    module = clf._subset.module
+    names = clf._subset.base.names
+    star = clf._subset.base.theta
+    shapes = [p.shape for _, p in module.named_parameters()]
+
+    def unflatten(vec):
+        out, i = {}, 0
+        for name, shape in zip(names, shapes):
+            out[name] = vec[i:i + shape.numel()].reshape(shape)
+            i += shape.numel()
+        return out
+
+    Xt = torch.as_tensor(X)
+    theta = theta.clone().requires_grad_(True)
+
+    def net(vec):
+        return functional_call(module, unflatten(vec), (Xt,))
+
+    f0, jf = jvp(net, (star,), (theta - star,))
+    f = f0 + jf
+    nll = torch.nn.functional.cross_entropy(f, torch.as_tensor(y), reduction="sum")
+    value = -(nll + 0.5 * clf.prior_precision_ * (theta**2).sum())
+    (grad,) = torch.autograd.grad(value, theta)
+    return float(value.detach()), grad
+
+
+def test_laplace_refinement_on_a_net_reaches_the_glm_mode():
+    X, y = _data(n=40)
+    net = _frozen(4, 3, hidden=6)
+    clf = LaplaceClassifier(net, hessian_structure="full", refine="laplace",
+                            **COMMON).fit(X, y)
+    start, _ = _glm_log_joint_and_grad(clf, X, y, clf._subset.base.theta)
+    value, grad = _glm_log_joint_and_grad(clf, X, y, clf._subset.theta)
+    assert value > start + 1.0  # an untrained net is far from the GLM mode
+    assert float(grad.abs().max()) < 1e-6
+    assert clf.refine_objective_init_ == pytest.approx(start, rel=1e-10)
+    assert clf.refine_objective_ == pytest.approx(value, rel=1e-10)
+
+
+@pytest.mark.parametrize("structure", ["full", "diag"])
+def test_vi_refinement_on_a_trained_net_raises_the_elbo(structure):
+    X, y = _data(n=50)
+    clf = LaplaceClassifier(hidden_layer_sizes=(8,), max_epochs=30, hessian_structure=structure,
+                            refine="vi", **COMMON).fit(X, y)
+    assert clf.refine_n_iter_ > 0
+    assert clf.refine_objective_ > clf.refine_objective_init_
+    # The starting ELBO is that of the unrefined Laplace-GGN posterior at θ*.
+    plain = LaplaceClassifier(hidden_layer_sizes=(8,), max_epochs=30, hessian_structure=structure,
+                              **COMMON).fit(X, y)
+    proba = clf.predict_proba(X)
+    assert np.allclose(proba.sum(1), 1.0)
+    assert not np.allclose(proba, plain.predict_proba(X), atol=1e-6)
+
+
+@pytest.mark.parametrize("structure, n_params", [("full", 3), ("full", 20), ("diag", 20)])
+def test_vi_elbo_is_exact_for_a_gaussian_likelihood(structure, n_params):
+    """ELBO of q = N(m, S) in a linear-Gaussian model against its closed form: the full
+    covariance in weight space (n·C ≥ P) and through the kernel (n·C < P), and diagonal."""
+    rng = np.random.RandomState(3)
+    n, P = 12, n_params
+    J = torch.as_tensor(rng.randn(n, 1, P))
+    y = torch.as_tensor(rng.randn(n, 1))
+    star = torch.as_tensor(rng.randn(P))
+    f0 = torch.as_tensor(rng.randn(n, 1))
+    s = 1.7
+    delta = torch.as_tensor(rng.uniform(0.3, 2.0, size=P))
+    glm = refine_module.GLM(LIKELIHOODS["gaussian"](), f0, J, y, star, s,
+                            torch.ones(1, dtype=torch.float64))
+    m = torch.as_tensor(rng.randn(P))
+    A = torch.as_tensor(rng.uniform(0.1, 3.0, size=(n, 1, 1)))
+    q = refine_module._Gaussian(structure, glm, m, A, delta)
+    elbo = refine_module._elbo(glm, q, refine_module._Expectations(glm, None))[0]
+    Jm, d = J.numpy()[:, 0], delta.numpy()
+    precision = Jm.T @ (A.numpy()[:, 0] * Jm) + np.diag(d)
+    if structure == "diag":
+        precision = np.diag(np.diag(precision))
+    S = np.linalg.inv(precision)
+    mu = f0.numpy()[:, 0] + Jm @ (m.numpy() - star.numpy())
+    data = 0.5 * s * (((y.numpy()[:, 0] - mu) ** 2).sum() + np.einsum("np,pq,nq->", Jm, S, Jm))
+    kl = 0.5 * (np.trace(np.diag(d) @ S) + m.numpy() @ (d * m.numpy()) - P
+                - np.linalg.slogdet(S)[1] - np.log(d).sum())
+    assert elbo == pytest.approx(-(data + kl), rel=1e-10)
+    np.testing.assert_allclose(q.solve(torch.ones(P, dtype=torch.float64)).numpy(),
+                               S @ np.ones(P), rtol=1e-9)
+
+
+def test_refine_refuses_jacobians_beyond_the_budget(monkeypatch):
+    X, y = _data(n=30)
+    monkeypatch.setattr(refine_module, "JACOBIAN_BUDGET", 1000)
+    with pytest.raises(MemoryError, match="JACOBIAN_BUDGET"):
+        LaplaceClassifier(_frozen(4, 3), hessian_structure="full", refine="laplace",
+                          **COMMON).fit(X, y)
+
+
+@pytest.mark.parametrize("params, name", [
+    (dict(hessian_structure="kron"), "hessian_structure"),
+    (dict(hessian_structure="lowrank"), "hessian_structure"),
+    (dict(curvature="ef"), "curvature"),
+    (dict(pred_type="gp"), "pred_type"),
+])
+def test_refine_rejects_settings_it_does_not_cover(params, name):
+    X, y = _data(n=20)
+    with pytest.raises(ValueError, match=f"refine='laplace' needs {name}"):
+        LaplaceClassifier(_frozen(4, 3), refine="laplace", **dict(COMMON, **params)).fit(X, y)
+
+
+def test_refine_refuses_a_structure_other_than_full_or_diag():
+    """An "auto" structure is resolved in fit; refine then refuses what it does not cover."""
+    with pytest.raises(ValueError, match="refine='vi' supports hessian_structure 'full' or"):
+        refine_module.refine_posterior("vi", "kron", None, None, None, None, None, None, None,
+                                       None, None)
+
+
+def test_refit_without_refine_drops_the_refine_attributes():
+    X, y = _data(n=20)
+    clf = LaplaceClassifier(_frozen(4, 3), hessian_structure="full", refine="laplace",
+                            **COMMON).fit(X, y)
+    assert hasattr(clf, "refine_objective_")
+    clf.set_params(refine=None).fit(X, y)
+    assert not hasattr(clf, "refine_objective_")
