@@ -16,6 +16,7 @@ import numbers
 import threading
 import time
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 import torch
@@ -23,6 +24,7 @@ from scipy.optimize import minimize_scalar
 from sklearn.base import BaseEstimator, clone
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory, validate_data
 
 from . import continual, nets
@@ -53,22 +55,43 @@ AUTO_FULL_SECONDS = 2.0
 
 _EVIDENCE_LOCK = threading.Lock()
 
-CHOICES = {
-    "prior_structure": ("scalar", "layerwise", "diag"),
-    "hyperparameter_tuning": ("auto", "evidence", "online", "cv", None),
-    "subset_of_weights": ("auto", "all", "last_layer", "subnetwork"),
-    "hessian_structure": ("auto", "full", "diag", "kron", "lowrank"),
-    "curvature": ("ggn", "ef"),
-    "pred_type": ("glm", "nn", "gp"),
-    "link_approx": ("probit", "bridge", "mc"),
-    "refine": (None, "laplace", "vi"),
+def _at_least(low):
+    return [Interval(Integral, low, None, closed="left")]
+
+
+_POSITIVE = [Interval(Real, 0, None, closed="neither")]
+
+#: scikit-learn's parameter validation (``_fit_context`` runs it on ``fit``); the
+#: cross-parameter rules and the array-valued parameters are in ``_check_params``.
+PARAMETER_CONSTRAINTS = {
+    "net": "no_validation",  # None, a skorch net or FrozenEstimator: _prepare_net names it
+    "hidden_layer_sizes": "no_validation",  # a tuple of positive ints: _check_params
+    "max_epochs": _at_least(1),
+    "lr": _POSITIVE,
+    "batch_size": _at_least(1),
+    "prior_precision": "no_validation",  # a positive float or 1-D array: positive_array
+    "prior_structure": [StrOptions({"scalar", "layerwise", "diag"})],
+    "hyperparameter_tuning": [StrOptions({"auto", "evidence", "online", "cv"}), None],
+    "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+    "subset_of_weights": [StrOptions({"auto", "all", "last_layer", "subnetwork"})],
+    "hessian_structure": [StrOptions({"auto", "full", "diag", "kron", "lowrank"})],
+    "subnetwork": "no_validation",  # with subset_of_weights: _check_params
+    "lowrank_rank": _at_least(1) + [None],
+    "curvature": [StrOptions({"ggn", "ef"})],
+    "pred_type": [StrOptions({"glm", "nn", "gp"})],
+    "gp_subset_size": _at_least(1) + [None],
+    "refine": [StrOptions({"laplace", "vi"}), None],
+    "n_samples": _at_least(1),
+    "temperature": _POSITIVE,
+    "online_frequency": _at_least(1),
+    "online_burn_in": _at_least(0),
+    "online_steps": _at_least(1) + [None],
+    "online_lr": _POSITIVE,
+    "device": "no_validation",  # a torch device that exists here: nets.check_device_name
+    "memory": [None, str, HasMethods(["cache"])],
+    "random_state": ["random_state"],
+    "verbose": _at_least(0),
 }
-
-
-def check_choice(name, value):
-    allowed = CHOICES[name]
-    if not any(value is a or (isinstance(value, str) and value == a) for a in allowed):
-        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}.")
 
 
 def check_positive(name, value, integer=False, allow_none=False, allow_zero=False):
@@ -254,23 +277,14 @@ class BaseLaplace(BaseEstimator):
 
     _likelihood_kinds = ()
 
+    _parameter_constraints = PARAMETER_CONSTRAINTS
+
     # ------------------------------------------------------------ validation
-    def _validate_params(self):
-        for name in ("prior_structure", "hyperparameter_tuning", "subset_of_weights",
-                     "hessian_structure", "curvature", "pred_type", "refine"):
-            check_choice(name, getattr(self, name))
+    def _check_params(self):
+        """The rules scikit-learn's constraints cannot state (``_parameter_constraints``
+        is checked by ``_fit_context`` before): array values, the device and the
+        combinations of parameters."""
         self._validate_refine()
-        for name in ("max_epochs", "batch_size", "n_samples", "online_frequency"):
-            check_positive(name, getattr(self, name), integer=True)
-        check_positive("online_steps", self.online_steps, integer=True, allow_none=True)
-        check_positive("gp_subset_size", self.gp_subset_size, integer=True, allow_none=True)
-        check_positive("online_burn_in", self.online_burn_in, integer=True, allow_zero=True)
-        if isinstance(self.verbose, bool) or not (
-                isinstance(self.verbose, numbers.Integral) and self.verbose >= 0):
-            raise ValueError(f"verbose must be a non-negative int, got {self.verbose!r}.")
-        for name in ("lr", "temperature", "online_lr"):
-            check_positive(name, getattr(self, name))
-        check_positive("lowrank_rank", self.lowrank_rank, integer=True, allow_none=True)
         sizes = self.hidden_layer_sizes
         if not isinstance(sizes, (tuple, list)) or not all(
             isinstance(h, numbers.Integral) and not isinstance(h, bool) and h > 0 for h in sizes
@@ -399,7 +413,7 @@ class BaseLaplace(BaseEstimator):
         ``sample_weight`` (validated, or None) multiplies each row's log-likelihood
         in training, curvature, evidence and the held-out NLL (split with the rows).
         """
-        self._validate_params()
+        self._check_params()
         for stale in ("validation_nll_", "evidence_history_", "refine_objective_init_",
                       "refine_objective_", "refine_n_iter_",  # of an earlier fit, other tuning
                       "n_tasks_", "_continual_rows"):  # or of earlier partial_fit calls

@@ -4,16 +4,21 @@ import numpy as np
 import torch
 from sklearn.base import ClassifierMixin
 from sklearn.preprocessing import LabelEncoder
+from sklearn.base import _fit_context
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from . import continual
-from ._base import (ONLINE_DOC, PARAMS_DOC, BaseLaplace, check_choice, check_fit_weight,
-                    validate_numeric)
+from ._base import (ONLINE_DOC, PARAMS_DOC, PARAMETER_CONSTRAINTS, BaseLaplace,
+                    check_fit_weight, validate_numeric)
 from .distributions import (LogitGaussianPrediction, binary_probit_proba, centered_logit_var,
                             probit_proba)
+
+#: The link approximations of the GLM predictive's class probabilities.
+LINKS = ("probit", "bridge", "mc")
 
 
 class LaplaceClassifier(ClassifierMixin, BaseLaplace):
@@ -92,6 +97,11 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     )
 
     _likelihood_kinds = ("categorical", "bernoulli")
+    _parameter_constraints = {
+        **PARAMETER_CONSTRAINTS,
+        "link_approx": [StrOptions(set(LINKS))],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+    }
 
     def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
                  batch_size=128, prior_precision=1.0, prior_structure="scalar",
@@ -134,6 +144,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         self.random_state = random_state
         self.verbose = verbose
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
 
@@ -154,7 +165,6 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         -------
         self : LaplaceClassifier
         """
-        check_choice("link_approx", self.link_approx)
         X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32])
         sample_weight = check_fit_weight(sample_weight, X)
         check_classification_targets(y)
@@ -208,6 +218,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         self._n_model_outputs = n_out
 
     @available_if(continual.partial_fit_available)
+    @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Continual learning: fit on the first call, update the posterior on later ones.
 
@@ -242,7 +253,6 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         -------
         self : LaplaceClassifier
         """
-        check_choice("link_approx", self.link_approx)
         if isinstance(self.class_weight, str) and self.class_weight == "balanced":
             raise ValueError(
                 "class_weight='balanced' is not supported for partial_fit (the class counts "

@@ -369,7 +369,7 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
     from ._base import _tensor_sizes, check_seed, expand_prior
     from sklearn.base import clone
 
-    estimator._validate_params()
+    estimator._check_params()
     _check_scalar_sigma(estimator)
     previous = estimator._posterior
     if estimator.subset_of_weights_ != "all" or previous.structure not in STRUCTURES:

@@ -2,13 +2,14 @@
 
 import numpy as np
 import torch
-from sklearn.base import RegressorMixin
+from sklearn.base import RegressorMixin, _fit_context
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from . import continual
-from ._base import (ONLINE_DOC, PARAMS_DOC, BaseLaplace, check_fit_weight, positive_array,
+from ._base import (ONLINE_DOC, PARAMS_DOC, PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
+                    positive_array,
                     validate_numeric, weighted_spread)
 from .distributions import NormalPrediction
 
@@ -90,6 +91,11 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     )
 
     _likelihood_kinds = ("gaussian",)
+    _parameter_constraints = {
+        **PARAMETER_CONSTRAINTS,
+        "sigma_noise": "no_validation",  # a positive float or 1-D array: positive_array
+        "normalize_y": ["boolean"],
+    }
 
     def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
                  batch_size=128, prior_precision=1.0, prior_structure="scalar",
@@ -136,6 +142,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         tags.target_tags.multi_output = True
         return tags
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
 
@@ -169,8 +176,6 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         sigma = positive_array("sigma_noise", self.sigma_noise)
         if sigma.size not in (1, y2.shape[1]):
             raise ValueError(f"sigma_noise has {sigma.size} values but y has {y2.shape[1]} outputs.")
-        if not isinstance(self.normalize_y, (bool, np.bool_)):
-            raise ValueError(f"normalize_y must be a bool, got {self.normalize_y!r}.")
         self._y_ndim = y.ndim
         # A FrozenEstimator's net predicts in the units it was trained on, those of y:
         # standardizing y would silently misread its outputs.
@@ -197,6 +202,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         return self._fit(X, y_model, "gaussian", y2.shape[1], self._y_std, sample_weight)
 
     @available_if(continual.partial_fit_available)
+    @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y, sample_weight=None):
         """Continual learning: fit on the first call, update the posterior on later ones.
 
