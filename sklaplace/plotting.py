@@ -8,13 +8,8 @@ when something is drawn.
 
 import numpy as np
 
-from .metrics import (
-    _final_step,
-    _last_step,
-    ood_scores,
-    regression_calibration_curve,
-    reliability_curve,
-)
+from .metrics import regression_calibration_curve, reliability_curve
+from .ood import _final_step, _last_step, ood_scores
 
 __all__ = ["ReliabilityDisplay", "RegressionCalibrationDisplay", "OODHistogramDisplay"]
 

@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from sklaplace.benchmarks.data import default_data_dir
+from benchmarks.data import default_data_dir
 
 # Two cores on CI; one torch thread per pytest-xdist worker keeps them from fighting.
 torch.set_num_threads(1)

@@ -1,12 +1,12 @@
-"""Tests of the offline benchmark data loaders (sklaplace.benchmarks.data)."""
+"""Tests of the offline benchmark data loaders (benchmarks.data)."""
 
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from sklaplace.benchmarks import data as bd
-from sklaplace.benchmarks.data import (
+from benchmarks import data as bd
+from benchmarks.data import (
     UCI_CLASSIFICATION,
     UCI_REGRESSION,
     UCI_REGRESSION_DIRS,

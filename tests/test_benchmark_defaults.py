@@ -1,4 +1,4 @@
-"""The scoreboard of the default estimators: ``python -m sklaplace.benchmarks defaults``."""
+"""The scoreboard of the default estimators: ``python -m benchmarks defaults``."""
 
 import numpy as np
 import pytest
@@ -8,8 +8,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
-from sklaplace.benchmarks import defaults
-from sklaplace.benchmarks.__main__ import build_parser
+from benchmarks import defaults
+from benchmarks.__main__ import build_parser
 from sklaplace.metrics import gaussian_nll
 
 

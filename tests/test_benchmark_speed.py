@@ -1,10 +1,10 @@
-"""The timing helpers of ``python -m sklaplace.benchmarks speed``."""
+"""The timing helpers of ``python -m benchmarks speed``."""
 
 import time
 
 import numpy as np
 
-from sklaplace.benchmarks.speed import timed, timed_steady
+from benchmarks.speed import timed, timed_steady
 
 
 def test_timed_alternates_the_order_and_keeps_the_last_result():

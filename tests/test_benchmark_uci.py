@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from sklaplace.benchmarks import uci
-from sklaplace.benchmarks.__main__ import build_parser, main
+from benchmarks import uci
+from benchmarks.__main__ import build_parser, main
 
 
 
@@ -66,7 +66,7 @@ def test_parser_has_uci_subcommand():
 
 
 def test_seeds_are_pinned_by_name_not_position():
-    from sklaplace.benchmarks.uci import CLASSIFICATION_DATASETS, UCI_REGRESSION, dataset_seed
+    from benchmarks.uci import CLASSIFICATION_DATASETS, UCI_REGRESSION, dataset_seed
 
     # the published tables' seeds: the position each set had when they were run
     for names in (UCI_REGRESSION, CLASSIFICATION_DATASETS):
@@ -76,7 +76,7 @@ def test_seeds_are_pinned_by_name_not_position():
 
 
 def test_cache_tag_changes_with_the_code(monkeypatch):
-    import sklaplace.benchmarks.uci as uci
+    import benchmarks.uci as uci
 
     cfg = uci.Config()
     before = cfg.tag("regression")
@@ -85,7 +85,7 @@ def test_cache_tag_changes_with_the_code(monkeypatch):
 
 
 def test_compare_flag_says_which_way():
-    from sklaplace.benchmarks.uci import compare_flag
+    from benchmarks.uci import compare_flag
 
     assert compare_flag("nll", 1.0, 0.01, 1.01, 0.01) == "ok"
     assert compare_flag("nll", 0.5, 0.01, 1.0, 0.01) == "better"
@@ -95,7 +95,7 @@ def test_compare_flag_says_which_way():
 
 
 def test_eta_extrapolates_from_the_cells_done(monkeypatch):
-    import sklaplace.benchmarks.uci as uci
+    import benchmarks.uci as uci
 
     clock = iter([0.0, 60.0])
     monkeypatch.setattr(uci.time, "perf_counter", lambda: next(clock))

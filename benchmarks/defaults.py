@@ -1,4 +1,4 @@
-"""Quality scoreboard of the default estimators: ``python -m sklaplace.benchmarks defaults``.
+"""Quality scoreboard of the default estimators: ``python -m benchmarks defaults``.
 
 The default ``LaplaceClassifier`` / ``LaplaceRegressor`` are run exactly as a
 user would: a pandas DataFrame goes into a Pipeline whose ColumnTransformer
@@ -37,7 +37,7 @@ splits are not used; ``wine-quality-red`` is called ``wine_quality``).
 
 Example::
 
-    python -m sklaplace.benchmarks defaults --datasets iris diabetes --splits 3 \\
+    python -m benchmarks defaults --datasets iris diabetes --splits 3 \\
         --laplace-params '{"link_approx": "bridge"}' --out /tmp/scoreboard.md
 """
 
@@ -62,8 +62,8 @@ from sklearn.neural_network import MLPClassifier, MLPRegressor
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
-from .. import LaplaceClassifier, LaplaceRegressor
-from ..metrics import expected_calibration_error, gaussian_nll, interval_coverage
+from sklaplace import LaplaceClassifier, LaplaceRegressor
+from sklaplace.metrics import expected_calibration_error, gaussian_nll, interval_coverage
 from .data import UCI_REGRESSION, load_uci_classification, load_uci_regression
 
 HELP = "score the default Laplace estimators against their MAP and standard baselines"
@@ -488,16 +488,16 @@ def code_version():
     import subprocess
     from pathlib import Path
 
-    from .. import __version__
+    from sklaplace import __version__
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
 
     def run(*cmd):
         return subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
 
     try:
-        estimators = ["--", "sklaplace", ":!sklaplace/benchmarks"]
+        estimators = ["--", "sklaplace", ":!benchmarks"]
         dirty = "+dirty" if run("status", "--porcelain", *estimators) else ""
         return f"sklaplace {__version__} (commit {run('rev-parse', '--short', 'HEAD')}{dirty})"
     except (OSError, subprocess.SubprocessError):

@@ -223,13 +223,16 @@ def dataset_seed(name):
 
 @functools.lru_cache(maxsize=1)
 def source_hash():
-    """Hash of the source of sklaplace (estimators and this runner), for the cache key."""
-    package = Path(__file__).resolve().parents[1]
+    """Hash of the source of sklaplace (estimators) and of this runner, for the cache key."""
+    import sklaplace
+
+    package = Path(sklaplace.__file__).resolve().parent
+    here = Path(__file__).resolve().parent
+    files = [(p, p.relative_to(package.parent)) for p in sorted(package.rglob("*.py"))]
+    files += [(here / name, Path("benchmarks") / name) for name in ("uci.py", "data.py")]
     digest = hashlib.sha1()
-    for path in sorted(package.rglob("*.py")):
-        if path.parent.name == "benchmarks" and path.name not in ("uci.py", "data.py"):
-            continue
-        digest.update(path.relative_to(package).as_posix().encode())
+    for path, name in files:
+        digest.update(name.as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -332,7 +335,7 @@ def gaussian_nll(y, mean, std):
 
 def _ece(y, proba, n_bins=10):
     try:
-        from ..metrics import expected_calibration_error
+        from sklaplace.metrics import expected_calibration_error
     except ImportError:  # metrics still in progress: the same top-label ECE, uniform bins
         conf = proba.max(1)
         correct = proba.argmax(1) == y
@@ -358,7 +361,7 @@ def classification_metrics(y, proba):
 
 
 def _regression_estimator(net, y_train, **params):
-    from .. import LaplaceRegressor
+    from sklaplace import LaplaceRegressor
 
     return LaplaceRegressor(net, normalize_y=True, sigma_noise=float(np.std(y_train)),
                             subset_of_weights="all", **params)
@@ -490,7 +493,7 @@ def load_classification(dataset, data_dir=None):
 def run_classification_split(dataset, split, methods, cfg, data_dir=None, log=print,
                              data=None):
     """Results {method: {...}} of one 70/15/15 split of a classification set."""
-    from .. import LaplaceClassifier
+    from sklaplace import LaplaceClassifier
 
     X, y = data if data is not None else load_classification(dataset, data_dir)
     n_all = max(PROTOCOL_SPLITS["classification"], split + 1)

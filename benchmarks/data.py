@@ -85,7 +85,7 @@ _CSV_CLASSIFICATION = ("glass", "ionosphere", "vehicle", "satellite", "breast_ca
 def _candidate_data_dirs():
     """Fallback locations of the data root, in order of preference."""
     return [
-        Path(__file__).resolve().parents[3] / "shared" / "data",
+        Path(__file__).resolve().parents[2] / "shared" / "data",
         Path.cwd() / ".." / "shared" / "data",
     ]
 

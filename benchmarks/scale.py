@@ -78,7 +78,7 @@ def _failed(error):
 def run_sklaplace(net, X, y, X_test, subset, structure, device):
     from sklearn.frozen import FrozenEstimator
 
-    from .. import LaplaceClassifier
+    from sklaplace import LaplaceClassifier
 
     est = LaplaceClassifier(FrozenEstimator(net), subset_of_weights=subset,
                             hessian_structure=structure, hyperparameter_tuning="evidence",

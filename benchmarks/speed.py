@@ -27,7 +27,7 @@ two libraries interleaved run by run so that machine load hits both alike):
    samples.
 6. ``scale`` (not in the default sections): fit and predict of both libraries at
    N = ``--scale-rows`` on ``--device`` (default: cuda if present, else cpu); see
-   :mod:`sklaplace.benchmarks.scale`.
+   :mod:`benchmarks.scale`.
 
 Peak memory is the growth of the process's peak resident set size during a
 run (``VmHWM`` reset through ``/proc/self/clear_refs``; Linux only, else
@@ -198,7 +198,7 @@ def pretrained_net(kind, X, y, hidden=(50, 50), epochs=200, seed=0):
     """A skorch 2×50 tanh MLP trained once (float32), two logits or one output."""
     from skorch import NeuralNetClassifier, NeuralNetRegressor
 
-    from ..nets import MLP
+    from sklaplace.nets import MLP
 
     torch.manual_seed(seed)
     common = dict(module=MLP, module__n_features=X.shape[1], module__hidden_layer_sizes=hidden,
@@ -224,7 +224,7 @@ def laplace_available():
 def run_sklaplace(kind, net, Xtr, ytr, Xte, subset, structure):
     from sklearn.frozen import FrozenEstimator
 
-    from .. import LaplaceClassifier, LaplaceRegressor
+    from sklaplace import LaplaceClassifier, LaplaceRegressor
 
     params = dict(net=FrozenEstimator(net), subset_of_weights=subset,
                   hessian_structure=structure, prior_structure="scalar", random_state=0)
@@ -327,7 +327,7 @@ def section_map_baseline(repeats, out):
     from sklearn.datasets import load_breast_cancer
     from sklearn.preprocessing import StandardScaler
 
-    from .. import LaplaceClassifier, nets
+    from sklaplace import LaplaceClassifier, nets
 
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X)
@@ -396,7 +396,7 @@ def section_scaling(repeats, out):
     from sklearn.frozen import FrozenEstimator
     from sklearn.preprocessing import StandardScaler
 
-    from .. import LaplaceClassifier
+    from sklaplace import LaplaceClassifier
 
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X)
@@ -455,7 +455,7 @@ def section_scaling(repeats, out):
 
 # ---------------------------------------------------------------- evidence alone
 def section_evidence_alone(repeats, missing, out):
-    from ..evidence import maximize_evidence
+    from sklaplace.evidence import maximize_evidence
 
     Xtr, Xte, ytr, _ = load_data("classification")
     net = pretrained_net("classification", Xtr, ytr)
@@ -496,7 +496,7 @@ def section_bridge(repeats, out):
     from sklearn.datasets import load_digits
     from sklearn.preprocessing import StandardScaler
 
-    from .. import LaplaceClassifier
+    from sklaplace import LaplaceClassifier
 
     X, y = load_digits(return_X_y=True)
     X = StandardScaler().fit_transform(X)
@@ -563,7 +563,7 @@ def main(args):
         print(f"laplace-torch not importable ({missing}): its columns are skipped.",
               file=sys.stderr)
     out = ["# sklaplace speed benchmark\n",
-           f"Command: `python -m sklaplace.benchmarks speed {' '.join(sys.argv[2:])}`".rstrip(),
+           f"Command: `python -m benchmarks speed {' '.join(sys.argv[2:])}`".rstrip(),
            "", f"Machine: {machine_description()}", ""]
     sections = {
         "laplace": lambda: section_laplace_torch(args.repeats, missing, out),

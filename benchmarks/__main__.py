@@ -1,4 +1,4 @@
-"""Command line of the benchmarks: ``python -m sklaplace.benchmarks <subcommand> ...``.
+"""Command line of the benchmarks: ``python -m benchmarks <subcommand> ...``.
 
 Each subcommand is a module with ``HELP`` (one line), ``add_arguments(parser)``
 and ``main(args)``; add a new one (e.g. ``speed``) to :data:`SUBCOMMANDS`.
@@ -18,7 +18,7 @@ SUBCOMMANDS = {
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="python -m sklaplace.benchmarks",
+        prog="python -m benchmarks",
         description="Reproduce the seed papers' benchmark tables with sklaplace.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")

@@ -1,0 +1,53 @@
+"""The public surface: what users import, documented; benchmarks stay out of the wheel."""
+
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+import sklaplace
+
+PUBLIC_MODULES = ["sklaplace", "sklaplace.metrics", "sklaplace.ood", "sklaplace.plotting",
+                  "sklaplace.distributions"]
+
+
+def test_top_level_names():
+    assert set(sklaplace.__all__) == {"LaplaceClassifier", "LaplaceRegressor", "NormalPrediction",
+                                      "LogitGaussianPrediction", "DirichletPrediction"}
+    for name in sklaplace.__all__:
+        assert hasattr(sklaplace, name)
+
+
+def _public_objects():
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", []):
+            yield f"{module_name}.{name}", getattr(module, name)
+
+
+@pytest.mark.parametrize("qualname, obj", list(_public_objects()), ids=lambda v: str(v)[:60])
+def test_public_objects_and_their_methods_are_documented(qualname, obj):
+    assert inspect.getdoc(obj), f"{qualname} has no docstring"
+    if inspect.isclass(obj):
+        for name, member in vars(obj).items():
+            if name.startswith("_") or not callable(member):
+                continue
+            assert inspect.getdoc(member), f"{qualname}.{name} has no docstring"
+
+
+def test_estimator_parameters_are_documented():
+    for cls in (sklaplace.LaplaceClassifier, sklaplace.LaplaceRegressor):
+        doc = cls.__doc__
+        for name in inspect.signature(cls).parameters:
+            assert f"\n    {name} :" in doc, f"{cls.__name__} does not document {name}"
+
+
+def test_benchmarks_are_not_in_the_package():
+    from setuptools import find_packages
+
+    root = Path(__file__).resolve().parents[1]
+    packages = find_packages(str(root), include=["sklaplace*"])
+    assert "sklaplace" in packages
+    assert not any("benchmarks" in p for p in packages)
+    assert (root / "benchmarks" / "__main__.py").exists()
