@@ -639,16 +639,8 @@ class BaseLaplace(BaseEstimator):
         with progress_to(self._log if self.verbose else None):
             posterior = build(out_scale)
         self._log(f"curvature and decomposition done in {time.perf_counter() - start:.2f} s")
-        if self._likelihood_name == "gaussian":
-            sq = (yt.reshape(f.shape) - f) ** 2
-            sse = (sq if wt is None else sq * wt[:, None]).sum(0)
-            evidence = Evidence(posterior, theta, self.temperature, n_rows, sse=sse,
-                                curvature=self.curvature, rebuild=build if vector_sigma else None)
-        else:
-            row_nll = likelihood.nll(f, yt)
-            nll = (row_nll if wt is None else row_nll * wt).sum().item()
-            evidence = Evidence(posterior, theta, self.temperature, n_rows, nll=nll,
-                                curvature=self.curvature)
+        evidence = Evidence.at_fit(posterior, theta, likelihood, f, yt, wt, self.temperature,
+                                   self.curvature, rebuild=build if vector_sigma else None)
         # partial_fit: the earlier tasks' posterior is the prior (continual.py)
         evidence = continual.task_evidence(evidence, continual.current_task(self), n_rows)
 

@@ -84,6 +84,22 @@ class Evidence:
         self.curvature = curvature
         self.rebuild = rebuild
 
+    @classmethod
+    def at_fit(cls, posterior, theta, likelihood, f, y, weight, temperature, curvature="ggn",
+               rebuild=None):
+        """The evidence of a fitted LA from the MAP outputs ``f`` (n, C) on its rows ``(y,
+        weight)``: per-output sums of squares for a Gaussian likelihood, else the summed
+        NLL (row-weighted; N is then Σ w). Post-hoc and online tuning both build it here."""
+        n_rows = len(f) if weight is None else float(weight.sum())
+        if likelihood.name == "gaussian":
+            sq = (y.reshape(f.shape) - f) ** 2
+            sse = (sq if weight is None else sq * weight[:, None]).sum(0)
+            return cls(posterior, theta, temperature, n_rows, sse=sse, curvature=curvature,
+                       rebuild=rebuild)
+        row_nll = likelihood.nll(f, y)
+        nll = (row_nll if weight is None else row_nll * weight).sum().item()
+        return cls(posterior, theta, temperature, n_rows, nll=nll, curvature=curvature)
+
     def _group_sums(self, index, n_groups):
         """``group_sums`` of θ, kept for the last ``index`` (tuning passes the same one)."""
         cached = self.__dict__.get("_sums_cache")

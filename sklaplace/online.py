@@ -163,17 +163,8 @@ class OnlineEvidence(Callback):
                                           eigenvalues_only=spectrum)
             f = subset.forward(X)
         gaussian = self.likelihood == "gaussian"
-        n_rows = len(X) if weight is None else float(weight.sum())
-        if gaussian:
-            sq = (y.reshape(f.shape) - f) ** 2
-            sse = (sq if weight is None else sq * weight[:, None]).sum(0)
-            evidence = Evidence(posterior, subset.theta, self.temperature, n_rows, sse=sse,
-                                curvature=self.curvature)
-        else:
-            row_nll = likelihood.nll(f, y)
-            nll = (row_nll if weight is None else row_nll * weight).sum().item()
-            evidence = Evidence(posterior, subset.theta, self.temperature, n_rows, nll=nll,
-                                curvature=self.curvature)
+        evidence = Evidence.at_fit(posterior, subset.theta, likelihood, f, y, weight,
+                                   self.temperature, self.curvature)
 
         if self.prior_structure == "scalar":
             index = torch.zeros(subset.n_params, dtype=torch.long)
