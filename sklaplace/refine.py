@@ -41,7 +41,6 @@ logits (or outputs) f(x; θ*) + J(x)(m − θ*) with covariance J(x) S J(x)ᵀ �
 refined mode moves the predictive mean as well as its covariance.
 """
 
-import math
 import warnings
 
 import numpy as np
