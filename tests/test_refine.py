@@ -278,3 +278,13 @@ def test_refit_without_refine_drops_the_refine_attributes():
     assert hasattr(clf, "refine_objective_")
     clf.set_params(refine=None).fit(X, y)
     assert not hasattr(clf, "refine_objective_")
+
+
+def test_refined_estimator_pickles_and_predicts_the_same():
+    import pickle
+
+    X, y = _data(n=30)
+    clf = LaplaceClassifier(_frozen(4, 3, hidden=5), hessian_structure="full", refine="laplace",
+                            **COMMON).fit(X, y)
+    again = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(again.predict_proba(X), clf.predict_proba(X))

@@ -473,7 +473,8 @@ INVALID_POSITIVE_INT = st.one_of(
 )
 CHOICE_PARAMS = ["prior_structure", "hyperparameter_tuning", "subset_of_weights",
                  "hessian_structure", "curvature", "pred_type", "refine"]
-CHOICE_VALUES = {"laplace", "vi", "scalar", "layerwise", "diag", "evidence", "online", "auto", "all",
+CHOICE_VALUES = {"laplace", "vi",
+                 "scalar", "layerwise", "diag", "evidence", "online", "auto", "all",
                  "last_layer", "subnetwork", "full", "kron", "lowrank", "ggn", "ef", "glm",
                  "nn", "probit", "bridge", "mc"}
 
