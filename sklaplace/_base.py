@@ -285,6 +285,12 @@ class BaseLaplace(BaseEstimator):
         is checked by ``_fit_context`` before): array values, the device and the
         combinations of parameters."""
         self._validate_refine()
+        for name, constraints in self._parameter_constraints.items():
+            # scikit-learn's Interval(Integral) takes bools (True == 1): not a count here
+            if isinstance(getattr(self, name), bool) and any(
+                    isinstance(c, Interval) and c.type is Integral for c in constraints
+                    if not isinstance(c, str)):
+                raise ValueError(f"{name} must be an int, got {getattr(self, name)!r}.")
         sizes = self.hidden_layer_sizes
         if not isinstance(sizes, (tuple, list)) or not all(
             isinstance(h, numbers.Integral) and not isinstance(h, bool) and h > 0 for h in sizes
