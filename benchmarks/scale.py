@@ -6,11 +6,12 @@ few epochs (their training is not timed): 2×256 (P = 81,418) and 2×48 (P = 5,2
 Both libraries get the same trained module: sklaplace as ``FrozenEstimator(net)``
 (evidence tuning of a scalar prior), laplace-torch as a float64 copy on the same
 device (``fit`` on a DataLoader, ``optimize_prior_precision(method="marglik")``).
-*fit* = LA + scalar prior tuning; *predict* = the probit GLM predictive on the test
-rows (laplace-torch in batches of ``PEER_PREDICT_BATCH`` rows on CUDA, and on the CPU
-of as many rows as keep its (n, C, P) Jacobians within 1 GiB: with 500 rows of the
-2×256 net its all-weights predictive took the 24 GiB machine into the OOM killer). Times are one run each after a small warm-up (CUDA
-kernels, allocator); on CUDA the clock stops after a synchronize. A cell that fails
+*fit* = LA + scalar prior tuning, one run after a small warm-up (CUDA kernels,
+allocator); *predict* = the probit GLM predictive of the test rows, the faster of two
+calls for both libraries (laplace-torch in batches of ``PEER_PREDICT_BATCH`` rows on
+CUDA, and on the CPU of as many rows as keep its (n, C, P) Jacobians within 1 GiB: with
+500 rows of the 2×256 net its all-weights predictive took the 24 GiB machine into the
+OOM killer). On CUDA the clock stops after a synchronize. A cell that fails
 (memory, an unsupported combination) shows the error's type and first words.
 """
 
@@ -28,6 +29,7 @@ CONFIGS = [((256, 256), "last_layer", "kron"), ((256, 256), "last_layer", "full"
 N_FEATURES, N_CLASSES, N_TEST = 50, 10, 10_000
 PEER_FIT_BATCH = 512
 PEER_PREDICT_BATCH = 500
+PREDICT_REPEATS = 2
 
 
 def make_data(n_train, seed=0):
@@ -70,6 +72,16 @@ def _clock(fn, device):
     return time.perf_counter() - start, out
 
 
+def _best_of(repeats, fn, device):
+    """The fastest of ``repeats`` timed calls (first-call kernel and allocator warm-up of a
+    shape is not the predictive's cost), and the last result."""
+    times = []
+    for _ in range(repeats):
+        t, out = _clock(fn, device)
+        times.append(t)
+    return min(times), out
+
+
 def _failed(error):
     words = " ".join(str(error).split()[:12])
     return f"fails ({type(error).__name__}: {words})"
@@ -86,7 +98,7 @@ def run_sklaplace(net, X, y, X_test, subset, structure, device):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t_fit, _ = _clock(lambda: est.fit(X, y), device)
-        t_pred, proba = _clock(lambda: est.predict_proba(X_test), device)
+        t_pred, proba = _best_of(PREDICT_REPEATS, lambda: est.predict_proba(X_test), device)
     return t_fit, t_pred, proba
 
 
@@ -119,7 +131,7 @@ def run_laplace_torch(net, X, y, X_test, subset, structure, device):
             return torch.cat([la(X_test[s:s + batch], pred_type="glm", link_approx="probit")
                               for s in range(0, len(X_test), batch)])
 
-        t_pred, proba = _clock(predict, device)
+        t_pred, proba = _best_of(PREDICT_REPEATS, predict, device)
     return t_fit, t_pred, proba.cpu().numpy()
 
 
@@ -177,7 +189,7 @@ def section_scale(out, n_train, device, configs=None, peer=True):
         if torch.device(device).type == "cuda":
             torch.cuda.empty_cache()
     out.append("")
-    out.append("One run per cell after a warm-up; fit = LA + scalar prior tuning by the evidence "
-               "(sklaplace: L-BFGS-B; laplace-torch: its marglik optimizer); predict = probit "
-               "GLM predictive of the test rows. Δ proba compares the two predictives (they "
-               "differ where the tuned priors differ).\n")
+    out.append("Fit: one run per cell after a warm-up, LA + scalar prior tuning by the evidence "
+               "(sklaplace: L-BFGS-B; laplace-torch: its marglik optimizer). Predict: the "
+               "faster of two calls of the probit GLM predictive of the test rows. Δ proba "
+               "compares the two predictives (they differ where the tuned priors differ).\n")
