@@ -198,7 +198,7 @@ def pretrained_net(kind, X, y, hidden=(50, 50), epochs=200, seed=0):
     """A skorch 2×50 tanh MLP trained once (float32), two logits or one output."""
     from skorch import NeuralNetClassifier, NeuralNetRegressor
 
-    from sklaplace.nets import MLP
+    from sklaplace._laplace.nets import MLP
 
     torch.manual_seed(seed)
     common = dict(module=MLP, module__n_features=X.shape[1], module__hidden_layer_sizes=hidden,
@@ -327,7 +327,8 @@ def section_map_baseline(repeats, out):
     from sklearn.datasets import load_breast_cancer
     from sklearn.preprocessing import StandardScaler
 
-    from sklaplace import LaplaceClassifier, nets
+    from sklaplace import LaplaceClassifier
+    from sklaplace._laplace import nets
 
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X)
@@ -455,7 +456,7 @@ def section_scaling(repeats, out):
 
 # ---------------------------------------------------------------- evidence alone
 def section_evidence_alone(repeats, missing, out):
-    from sklaplace.evidence import maximize_evidence
+    from sklaplace._laplace.evidence import maximize_evidence
 
     Xtr, Xte, ytr, _ = load_data("classification")
     net = pretrained_net("classification", Xtr, ytr)

@@ -27,15 +27,15 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory, validate_data
 
-from . import continual, nets
-from .curvature import (compute_posterior, default_lowrank_rank, jacobian_bytes, memory_budget,
+from ._laplace import continual, nets
+from ._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobian_bytes, memory_budget,
                         progress_to)
-from .evidence import Evidence, curvature_scale, maximize_evidence
-from .holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_split,
+from ._laplace.evidence import Evidence, curvature_scale, maximize_evidence
+from ._laplace.holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_split,
                       variance_path)
-from .likelihoods import LIKELIHOODS
-from .online import OnlineEvidence
-from .subsets import AllWeights, LastLayer, Subnetwork, _to_module, named_params
+from ._laplace.likelihoods import LIKELIHOODS
+from ._laplace.online import OnlineEvidence
+from ._laplace.subsets import AllWeights, LastLayer, Subnetwork, _to_module, named_params
 
 AUTO_FULL_MAX_PARAMS = 5000
 AUTO_LAST_LAYER_FULL_MAX = 2000
@@ -714,9 +714,9 @@ class BaseLaplace(BaseEstimator):
         return posterior.with_prior(delta, self._curvature_scale(sigma))
 
     def _refine(self, structure, likelihood, X, y, weight, delta, sigma, out_scale, n_out):
-        """GLM posterior refinement (``refine``, see :mod:`sklaplace.refine`) at the
+        """GLM posterior refinement (``refine``, see :mod:`sklaplace._laplace.refine`) at the
         chosen prior and noise; replaces the prediction subset and posterior."""
-        from .refine import refine_posterior
+        from ._laplace.refine import refine_posterior
 
         if self._likelihood_name == "gaussian" and sigma.dim() > 0:
             out_scale = 1.0 / sigma  # the per-output noise the posterior was rebuilt at
@@ -1007,7 +1007,7 @@ PARAMS_DOC = """
         GLM posterior refinement (Immer et al. 2021, §3.2): inference in the
         linearized model f(x; θ*) + J(x)(θ − θ*), whose log joint is convex, on
         the training Jacobians computed once and cached (refused above
-        ``sklaplace.refine.JACOBIAN_BUDGET`` bytes of N·C·P floats).
+        ``sklaplace._laplace.refine.JACOBIAN_BUDGET`` bytes of N·C·P floats).
         ``"laplace"``: the GLM's mode by L-BFGS and the Laplace approximation
         there (its exact Hessian); ``"vi"``: Gaussian variational inference in
         the GLM by natural-gradient steps from the Laplace-GGN posterior. Full or

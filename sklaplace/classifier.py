@@ -11,7 +11,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from . import continual
+from ._laplace import continual
 from ._base import (ONLINE_DOC, PARAMS_DOC, PARAMETER_CONSTRAINTS, BaseLaplace,
                     check_fit_weight, validate_numeric)
 from .distributions import (LogitGaussianPrediction, binary_probit_proba, centered_logit_var,
@@ -235,7 +235,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         its weights: only the curvature accumulates). Available over all weights
         with ``hessian_structure`` ``"auto"``, ``"full"``, ``"diag"`` or
         ``"kron"`` and ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or
-        None. See ``sklaplace.continual``.
+        None. See ``sklaplace._laplace.continual``.
 
         Parameters
         ----------

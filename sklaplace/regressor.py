@@ -7,7 +7,7 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from . import continual
+from ._laplace import continual
 from ._base import (ONLINE_DOC, PARAMS_DOC, PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
                     positive_array,
                     validate_numeric, weighted_spread)
@@ -222,7 +222,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         weights). Available over all weights with ``hessian_structure``
         ``"auto"``, ``"full"``, ``"diag"`` or ``"kron"``,
         ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or None, and one
-        ``sigma_noise``. See ``sklaplace.continual``.
+        ``sigma_noise``. See ``sklaplace._laplace.continual``.
 
         Parameters
         ----------

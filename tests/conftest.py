@@ -27,7 +27,7 @@ TEST_DEVICE = os.environ.get("SKLAPLACE_TEST_DEVICE")
 @pytest.fixture(autouse=True)
 def _default_mlp_on_test_device(monkeypatch):
     if TEST_DEVICE:
-        from sklaplace import nets
+        from sklaplace._laplace import nets
 
         default_net = nets.default_net
 

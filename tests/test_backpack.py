@@ -19,11 +19,11 @@ from torch.func import functional_call, jacrev
 from _references import ref_lambda
 
 from sklaplace import LaplaceClassifier
-from sklaplace._backpack import backpack_diag, backpack_kron
-from sklaplace.curvature import compute_posterior, kron_curvature
-from sklaplace.likelihoods import LIKELIHOODS
-from sklaplace.posterior import DiagPosterior, KronPosterior
-from sklaplace.subsets import AllWeights
+from sklaplace._laplace._backpack import backpack_diag, backpack_kron
+from sklaplace._laplace.curvature import compute_posterior, kron_curvature
+from sklaplace._laplace.likelihoods import LIKELIHOODS
+from sklaplace._laplace.posterior import DiagPosterior, KronPosterior
+from sklaplace._laplace.subsets import AllWeights
 
 DT = torch.float64
 N_OUT = {"categorical": 3, "bernoulli": 1, "gaussian": 2}

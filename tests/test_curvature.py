@@ -7,7 +7,7 @@ Gaussian diag(1/σ_c²)), per-row gradients of a hand-written negative
 log-likelihood for the empirical Fisher, and dense ``torch.linalg`` inverses and
 log-determinants.
 
-Conventions checked here (see sklaplace.curvature): ``out_scale`` (1/σ_c per
+Conventions checked here (see sklaplace._laplace.curvature): ``out_scale`` (1/σ_c per
 output) scales the output rows of the per-row factor — Λ^½ for the GGN, the
 residual ∇_f nll (at unit noise) for the EF — so that a per-output noise vector
 with equal entries σ gives the same posterior as the scalar σ applied through the
@@ -24,14 +24,14 @@ from sklearn.exceptions import ConvergenceWarning
 from torch import nn
 from torch.func import functional_call, grad, jacrev
 
-from sklaplace.curvature import compute_posterior, noise_power
-from sklaplace.evidence import LOG_PRIOR_BOUNDS, Evidence, maximize_evidence
-from sklaplace.likelihoods import LIKELIHOODS
-from sklaplace.posterior import EigenPosterior
+from sklaplace._laplace.curvature import compute_posterior, noise_power
+from sklaplace._laplace.evidence import LOG_PRIOR_BOUNDS, Evidence, maximize_evidence
+from sklaplace._laplace.likelihoods import LIKELIHOODS
+from sklaplace._laplace.posterior import EigenPosterior
 from _references import random_targets, ref_lambda
 
-from sklaplace import subsets as subsets_module
-from sklaplace.subsets import AllWeights, LastLayer, Subnetwork
+from sklaplace._laplace import subsets as subsets_module
+from sklaplace._laplace.subsets import AllWeights, LastLayer, Subnetwork
 
 DT = torch.float64
 N_OUT = {"categorical": 3, "bernoulli": 1, "gaussian": 2}
@@ -657,8 +657,8 @@ def test_last_layer_moments_match_dense(monkeypatch, lik, structure, bias_last, 
 
 def test_spectrum_only_gives_the_same_scalar_evidence():
     from sklaplace import LaplaceRegressor
-    from sklaplace.curvature import compute_posterior
-    from sklaplace.likelihoods import Gaussian
+    from sklaplace._laplace.curvature import compute_posterior
+    from sklaplace._laplace.likelihoods import Gaussian
 
     rng = np.random.RandomState(0)
     for n in (12, 80):  # the kernel path (N < P) and the P × P path

@@ -21,11 +21,11 @@ from sklearn.exceptions import ConvergenceWarning
 from torch import nn
 
 from sklaplace import LaplaceClassifier
-from sklaplace.curvature import compute_posterior
-from sklaplace.evidence import Evidence, maximize_evidence
-from sklaplace.likelihoods import LIKELIHOODS
-from sklaplace.posterior import EigenPosterior
-from sklaplace.subsets import AllWeights
+from sklaplace._laplace.curvature import compute_posterior
+from sklaplace._laplace.evidence import Evidence, maximize_evidence
+from sklaplace._laplace.likelihoods import LIKELIHOODS
+from sklaplace._laplace.posterior import EigenPosterior
+from sklaplace._laplace.subsets import AllWeights
 
 from _references import random_targets
 
@@ -195,7 +195,7 @@ def test_grouped_and_per_weight_log_det_agree_for_a_small_factor():
 
 
 def test_grouping_is_read_off_the_tuning_expand():
-    from sklaplace.evidence import _grouping
+    from sklaplace._laplace.evidence import _grouping
 
     free = torch.as_tensor([0, 0, 0, 1, 1, 2, 3, 3])
     index = _grouping(lambda v: v[free], 4, DT)

@@ -5,11 +5,11 @@ import pytest
 import torch
 from torch import nn
 
-from sklaplace import curvature as cv
-from sklaplace.likelihoods import LIKELIHOODS
-from sklaplace.nets import MLP
-from sklaplace.posterior import KronPosterior
-from sklaplace.subsets import AllWeights, LastLayer, _layer_input
+from sklaplace._laplace import curvature as cv
+from sklaplace._laplace.likelihoods import LIKELIHOODS
+from sklaplace._laplace.nets import MLP
+from sklaplace._laplace.posterior import KronPosterior
+from sklaplace._laplace.subsets import AllWeights, LastLayer, _layer_input
 
 DT = torch.float64
 
@@ -113,9 +113,9 @@ def test_in_place_last_layer_variance_leaves_inputs_alone(hidden, dtype):
 def test_last_layer_full_matrix_from_features_equals_the_jacobian_gram(bias, likelihood, n_out,
                                                                       curvature):
     """Σ_n Λ_n[c, d] φ̃_n φ̃_nᵀ, reordered to [vec W, b], is the Jacobians' Σ_n J_nᵀ F_n F_nᵀ J_n."""
-    from sklaplace.curvature import _gram_rows, _last_layer_matrix
-    from sklaplace.likelihoods import LIKELIHOODS
-    from sklaplace.subsets import LastLayer
+    from sklaplace._laplace.curvature import _gram_rows, _last_layer_matrix
+    from sklaplace._laplace.likelihoods import LIKELIHOODS
+    from sklaplace._laplace.subsets import LastLayer
 
     gen = torch.Generator().manual_seed(0)
     module = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, n_out, bias=bias)).double()

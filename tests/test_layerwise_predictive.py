@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from sklaplace.curvature import compute_posterior
-from sklaplace.likelihoods import LIKELIHOODS
-from sklaplace.subsets import AllWeights, _jacobian_moments, _layer_moments
+from sklaplace._laplace.curvature import compute_posterior
+from sklaplace._laplace.likelihoods import LIKELIHOODS
+from sklaplace._laplace.subsets import AllWeights, _jacobian_moments, _layer_moments
 
 
 class Residual(nn.Module):
@@ -108,7 +108,7 @@ def test_estimator_predictions_use_layer_moments(monkeypatch):
     with the same probabilities as the Jacobian path."""
     from sklearn.datasets import load_iris
 
-    import sklaplace.subsets as subsets
+    import sklaplace._laplace.subsets as subsets
     from sklaplace import LaplaceClassifier
 
     X, y = load_iris(return_X_y=True)
@@ -142,7 +142,7 @@ def test_shared_layer_jacobians_fall_back_to_torch_func():
     module = Shared().double()
     X = torch.as_tensor(np.random.RandomState(3).randn(9, 4))
     subset = AllWeights(module)
-    from sklaplace.subsets import _layer_jacobians
+    from sklaplace._laplace.subsets import _layer_jacobians
 
     assert _layer_jacobians(module, subset._layers(), X, subset.n_params) is None
     np.testing.assert_allclose(subset.jacobians(X)[1].numpy(),

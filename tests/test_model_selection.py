@@ -8,7 +8,7 @@ from sklearn.datasets import load_iris, make_regression
 from sklearn.model_selection import GridSearchCV
 from torch import nn
 
-import sklaplace.nets
+import sklaplace._laplace.nets
 from sklaplace import LaplaceClassifier, LaplaceRegressor
 
 FAST = dict(hidden_layer_sizes=(6,), max_epochs=30, lr=0.03, random_state=0)
@@ -22,13 +22,13 @@ def iris():
 def test_grid_search_over_la_parameters_trains_once_per_fold(iris, tmp_path, monkeypatch):
     X, y = iris
     calls = []
-    original = sklaplace.nets.train_map
+    original = sklaplace._laplace.nets.train_map
 
     def counting_train_map(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(sklaplace.nets, "train_map", counting_train_map)
+    monkeypatch.setattr(sklaplace._laplace.nets, "train_map", counting_train_map)
     search = GridSearchCV(
         LaplaceClassifier(memory=str(tmp_path), hyperparameter_tuning="evidence", **FAST),
         {"hessian_structure": ["full", "diag"], "link_approx": ["probit", "bridge"]},

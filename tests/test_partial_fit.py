@@ -17,12 +17,12 @@ from skorch import NeuralNetClassifier, NeuralNetRegressor
 from torch import nn
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
-from sklaplace.continual import TaskPrior, add_curvature
-from sklaplace.curvature import compute_posterior
-from sklaplace.likelihoods import LIKELIHOODS
-from sklaplace.nets import MLP, MAPLoss
-from sklaplace.posterior import DiagPosterior, EigenPosterior, KronPosterior
-from sklaplace.subsets import AllWeights
+from sklaplace._laplace.continual import TaskPrior, add_curvature
+from sklaplace._laplace.curvature import compute_posterior
+from sklaplace._laplace.likelihoods import LIKELIHOODS
+from sklaplace._laplace.nets import MLP, MAPLoss
+from sklaplace._laplace.posterior import DiagPosterior, EigenPosterior, KronPosterior
+from sklaplace._laplace.subsets import AllWeights
 
 DT = torch.float64
 

@@ -22,11 +22,11 @@ def test_readme_has_python_snippets():
 
 
 def test_readme_snippets_run(monkeypatch):
-    import sklaplace.nets
+    import sklaplace._laplace.nets
 
     # Same code path, fewer epochs: the snippets' numbers are not what is tested.
-    original = sklaplace.nets.default_net
-    monkeypatch.setattr(sklaplace.nets, "default_net",
+    original = sklaplace._laplace.nets.default_net
+    monkeypatch.setattr(sklaplace._laplace.nets, "default_net",
                         lambda *a, **k: original(*a[:3], min(a[3], 20), *a[4:], **k))
     namespace = {}
     ran = 0

@@ -16,8 +16,8 @@ from torch import nn
 from torch.func import functional_call, jvp
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
-from sklaplace import refine as refine_module
-from sklaplace.likelihoods import LIKELIHOODS
+from sklaplace._laplace import refine as refine_module
+from sklaplace._laplace.likelihoods import LIKELIHOODS
 
 DELTA = 2.0
 

@@ -16,11 +16,11 @@ from skorch import NeuralNetBinaryClassifier, NeuralNetClassifier, NeuralNetRegr
 from torch import nn
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
-from sklaplace._backpack import backpack_diag, backpack_kron
-from sklaplace.likelihoods import LIKELIHOODS
-from sklaplace.nets import MLP, MAPLoss, with_weight_column
-from sklaplace.online import OnlineEvidence
-from sklaplace.subsets import AllWeights
+from sklaplace._laplace._backpack import backpack_diag, backpack_kron
+from sklaplace._laplace.likelihoods import LIKELIHOODS
+from sklaplace._laplace.nets import MLP, MAPLoss, with_weight_column
+from sklaplace._laplace.online import OnlineEvidence
+from sklaplace._laplace.subsets import AllWeights
 
 N, D = 24, 3
 

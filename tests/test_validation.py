@@ -2,7 +2,7 @@
 
 Every bad input below must fail with the listed exception and a message that
 names the argument, and — for ``fit`` — before any training happens: the
-``no_training`` fixture replaces :func:`sklaplace.nets.train_map` by a
+``no_training`` fixture replaces :func:`sklaplace._laplace.nets.train_map` by a
 function that fails the test if it is reached.
 """
 
@@ -24,9 +24,10 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.utils.validation import validate_data
 from torch import nn
 
-from sklaplace import LaplaceClassifier, LaplaceRegressor, nets
+from sklaplace import LaplaceClassifier, LaplaceRegressor
+from sklaplace._laplace import nets
 from sklaplace._base import validate_predict_X
-from sklaplace.nets import MLP
+from sklaplace._laplace.nets import MLP
 
 FAST = dict(hidden_layer_sizes=(5,), max_epochs=5, random_state=0)
 LOG10_BOUNDS = (-4, 4)

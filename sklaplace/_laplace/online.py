@@ -4,7 +4,7 @@ Every ``frequency`` epochs after ``burn_in``, the callback fits a Laplace
 approximation over all weights at the current parameters and takes
 ``n_steps`` Adam steps (learning rate ``lr``) on the log evidence with respect
 to the log prior precisions (and log σ for regression); the new prior is fed
-back into the training objective through the criterion (:class:`~sklaplace.nets.MAPLoss`).
+back into the training objective through the criterion (:class:`~sklaplace._laplace.nets.MAPLoss`).
 As in laplace-torch's ``marglik_training``, the network and hyperparameters of
 the update with the best log evidence are restored when training ends.
 """

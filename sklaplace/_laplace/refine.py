@@ -118,7 +118,7 @@ def cached_jacobians(subset, X, n_out):
                  f"Caching the training Jacobians for refine ({len(X)} rows × {n_out} outputs "
                  f"× {subset.n_params} weights)", JACOBIAN_BUDGET,
                  "refine=None, subset_of_weights='last_layer' or 'subnetwork', or fewer rows "
-                 "(the limit is sklaplace.refine.JACOBIAN_BUDGET)")
+                 "(the limit is sklaplace._laplace.refine.JACOBIAN_BUDGET)")
     rows = max(1, int(2**27 // (8 * max(1, n_out) * subset.n_params)))
     parts = [subset.jacobians(X[s:s + rows]) for s in range(0, len(X), rows)]
     return torch.cat([f for f, _ in parts]), torch.cat([J for _, J in parts])

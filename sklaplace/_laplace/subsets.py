@@ -97,7 +97,7 @@ def feature_body(module, layer_name):
     """The layers before ``layer_name`` as one module, where the architecture makes it plain.
 
     When the last layer ends an ``nn.Sequential`` that *is* the network (the module
-    itself, or the ``layers`` of sklaplace's :class:`~sklaplace.nets.MLP`), the
+    itself, or the ``layers`` of sklaplace's :class:`~sklaplace._laplace.nets.MLP`), the
     penultimate features are ``body(X)`` for the Sequential without its last layer:
     no hook, no last-layer product. Otherwise returns None and the features are read
     with a hook on the layer.

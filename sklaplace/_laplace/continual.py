@@ -138,7 +138,7 @@ def resolve_subset(estimator, module, X, n_out):
     its Jacobians fit the memory budget, else Kronecker factors (nets of
     ``nn.Linear`` layers), else the diagonal.
     """
-    from ._base import AUTO_FULL_SECONDS, _all_linear, full_structure_seconds
+    from .._base import AUTO_FULL_SECONDS, _all_linear, full_structure_seconds
     from .curvature import jacobian_bytes, memory_budget
     from .subsets import AllWeights
 
@@ -303,7 +303,7 @@ class TaskEvidence(Evidence):
 
     ``log p(D_t | θ*_t) − ½ Δᵀ (s·H_<t + D) Δ + ½ log det(s·H_<t + D)
     − ½ log det(s·H_≤t + D)`` with Δ = θ*_t − θ*_{t−1}: the evidence of
-    :class:`~sklaplace.evidence.Evidence` with the previous posterior as the
+    :class:`~sklaplace._laplace.evidence.Evidence` with the previous posterior as the
     prior (a non-zero mean, a structured precision).  ``posterior`` holds the
     summed curvature H_≤t, ``prior_posterior`` H_<t.
     """
@@ -366,7 +366,7 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
     re-tunes δ (and σ) on the task's evidence p(D_t | D_<t).
     """
     from . import nets
-    from ._base import _tensor_sizes, check_seed, expand_prior
+    from .._base import _tensor_sizes, check_seed, expand_prior
     from sklearn.base import clone
 
     estimator._check_params()

@@ -147,7 +147,7 @@ def backpack_diag(subset, likelihood, X, y, out_scale, chunk=4096, weight=None):
 def backpack_kron(subset, likelihood, X, y, out_scale, chunk=4096, weight=None):
     """KFLR Kronecker blocks (slice, [G, A]) per weight and (slice, [G]) per bias, or None.
 
-    The blocks are those :class:`~sklaplace.posterior.KronPosterior` takes, for
+    The blocks are those :class:`~sklaplace._laplace.posterior.KronPosterior` takes, for
     parameters of nn.Linear and nn.ConvNd layers only.  G is a sum over rows;
     BackPACK's A is a mean over each chunk's rows, so it is summed with weight
     ``rows`` and divided by N at the end (weighted: G and A of each weight group

@@ -68,7 +68,7 @@ class MAPLoss(nn.Module):
     weight, and the data term is the batch mean of weight × nll (``n_train`` is
     then the total weight; see the module docstring).
 
-    ``prior`` (continual learning, :class:`sklaplace.continual.TaskPrior`): the
+    ``prior`` (continual learning, :class:`sklaplace._laplace.continual.TaskPrior`): the
     prior N(θ*_{t−1}, (s·H + δ)⁻¹) of a later task instead of N(0, δ⁻¹); the
     prior term is then ``prior.penalty(θ, δ) / N``.
     """
