@@ -227,7 +227,8 @@ def run_sklaplace(kind, net, Xtr, ytr, Xte, subset, structure):
     from sklaplace import LaplaceClassifier, LaplaceRegressor
 
     params = dict(net=FrozenEstimator(net), subset_of_weights=subset,
-                  hessian_structure=structure, prior_structure="scalar", random_state=0)
+                  hessian_structure=structure, prior_structure="scalar",
+                  hyperparameter_tuning="evidence", random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if kind == "classification":

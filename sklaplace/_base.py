@@ -430,6 +430,13 @@ class BaseLaplace(BaseEstimator):
         self.hyperparameter_tuning_ = (self._default_tuning(len(X))
                                        if self.hyperparameter_tuning == "auto"
                                        else self.hyperparameter_tuning)
+        if self.hyperparameter_tuning_ == "cv" and frozen is not None:
+            warnings.warn(
+                "hyperparameter_tuning='cv' with a FrozenEstimator net: the net was trained "
+                "before fit, most likely on the rows held out here, so their NLL is in-sample "
+                "and favours the largest prior precision. Use hyperparameter_tuning='evidence' "
+                "(the default for frozen nets) or hold out rows the net never saw.",
+                UserWarning)
         if continual.current_task(self) is not None:  # partial_fit: no held-out data
             self.hyperparameter_tuning_ = continual.resolve_tuning(self.hyperparameter_tuning)
         likelihood = likelihood or likelihood_default
@@ -960,8 +967,8 @@ PARAMS_DOC = """
     hyperparameter_tuning : {"auto", "evidence", "online", "cv"} or None, default="auto"
         How δ (and σ) are chosen; the result is in ``hyperparameter_tuning_``.
         ``"auto"``: for the classifier ``"cv"`` (``"evidence"`` with a
-        non-scalar ``prior_structure`` or when fewer than 10 rows would be held
-        out); for the regressor ``"online"`` when it
+        non-scalar ``prior_structure``, a ``FrozenEstimator`` net, or when fewer
+        than 10 rows would be held out); for the regressor ``"online"`` when it
         trains the net over all weights for at least ``online_burn_in +
         online_frequency`` epochs with a scalar ``sigma_noise``, else
         ``"evidence"`` (the choice and its scoreboard are in the README).

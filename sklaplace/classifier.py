@@ -2,9 +2,9 @@
 
 import numpy as np
 import torch
-from sklearn.base import ClassifierMixin
+from sklearn.base import ClassifierMixin, _fit_context
+from sklearn.frozen import FrozenEstimator
 from sklearn.preprocessing import LabelEncoder
-from sklearn.base import _fit_context
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
@@ -197,8 +197,12 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         # data support (probit NLL above the MAP's); held-out NLL picks its width.
         # "cv" tunes one scalar δ: a layer-wise or diagonal prior asks for the evidence,
         # and so do data too small to hold out a useful validation set.
+        # A FrozenEstimator's net was trained elsewhere, most likely on the rows "cv"
+        # would hold out: their NLL is then in-sample and the one-SE rule drifts to the
+        # largest δ (the LA collapses onto the MAP). The evidence needs no held-out rows.
         held_out = int(np.ceil(self.validation_fraction * n_rows))
-        if self.prior_structure != "scalar" or held_out < self.MIN_HELD_OUT_ROWS:
+        if (self.prior_structure != "scalar" or held_out < self.MIN_HELD_OUT_ROWS
+                or isinstance(self.net, FrozenEstimator)):
             return "evidence"
         return "cv"
 

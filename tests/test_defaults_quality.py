@@ -62,3 +62,27 @@ def test_default_regressor_beats_its_map_and_is_unit_free():
                           + 0.5 * ((scale * yte - map_mean) / est.sigma_noise_) ** 2) - np.log(scale)
         assert nll[scale] <= map_nll + 1e-9
     assert nll[1.0] == pytest.approx(nll[1e-4], abs=1e-6)
+
+
+def test_frozen_net_auto_tuning_is_the_evidence_not_cv():
+    """A FrozenEstimator's net saw the rows "cv" would hold out: their NLL is in-sample and
+    the one-SE rule drifts to the largest δ (the LA collapses onto the MAP). "auto" takes the
+    evidence for frozen nets, and an explicit "cv" warns."""
+    from skorch import NeuralNetClassifier
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.frozen import FrozenEstimator
+    from torch import nn
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X).astype(np.float32)
+    torch.manual_seed(0)
+    net = NeuralNetClassifier(nn.Sequential(nn.Linear(30, 16), nn.Tanh(), nn.Linear(16, 2)),
+                              criterion=nn.CrossEntropyLoss, optimizer=torch.optim.Adam,
+                              lr=1e-2, max_epochs=60, train_split=None, verbose=0).fit(X, y)
+    est = LaplaceClassifier(FrozenEstimator(net), subset_of_weights="last_layer",
+                            random_state=0).fit(X, y)
+    assert est.hyperparameter_tuning_ == "evidence"
+    assert 1e-3 < est.prior_precision_ < 1e3  # an interior evidence optimum, not the bound
+    with pytest.warns(UserWarning, match="FrozenEstimator net"):
+        LaplaceClassifier(FrozenEstimator(net), subset_of_weights="last_layer",
+                          hyperparameter_tuning="cv", random_state=0).fit(X, y)
