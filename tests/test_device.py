@@ -66,12 +66,9 @@ def _frozen_pair(kind, X, y):
     return FrozenEstimator(net), FrozenEstimator(on_cuda)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("subset,structure", CONFIGS)
-@pytest.mark.parametrize("kind", ["classification", "regression"])
-@pytest.mark.parametrize("tuning", ["evidence", "cv"])
-def test_cuda_equals_cpu(subset, structure, kind, tuning):
-    """The LA on CUDA gives the CPU's numbers (float64 both; tolerance for reordered sums)."""
+def _task(kind):
+    """(X, y, the net on the CPU, the same net on CUDA, the estimator class) of iris, or of a
+    regression made from its features."""
     from sklaplace import LaplaceRegressor
 
     X, y = load_iris(return_X_y=True)
@@ -80,7 +77,17 @@ def test_cuda_equals_cpu(subset, structure, kind, tuning):
         y = X[:, 0] * 2.0 - X[:, 1] + 0.1 * np.random.RandomState(0).randn(len(X))
         X = np.hstack([X[:, 1:], X[:, 1:2] ** 2])
     cpu_net, cuda_net = _frozen_pair(kind, X, y)
-    Est = LaplaceClassifier if kind == "classification" else LaplaceRegressor
+    return X, y, cpu_net, cuda_net, (LaplaceClassifier if kind == "classification"
+                                     else LaplaceRegressor)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("subset,structure", CONFIGS)
+@pytest.mark.parametrize("kind", ["classification", "regression"])
+@pytest.mark.parametrize("tuning", ["evidence", "cv"])
+def test_cuda_equals_cpu(subset, structure, kind, tuning):
+    """The LA on CUDA gives the CPU's numbers (float64 both; tolerance for reordered sums)."""
+    X, y, cpu_net, cuda_net, Est = _task(kind)
     params = dict(subset_of_weights=subset, hessian_structure=structure,
                   hyperparameter_tuning=tuning, prior_structure="layerwise"
                   if structure != "kron" or subset == "all" else "scalar",
@@ -144,15 +151,7 @@ def test_device_parameter_does_not_override_a_skorch_net():
 @pytest.mark.parametrize("structure", ["full", "diag"])
 @pytest.mark.parametrize("kind", ["classification", "regression"])
 def test_refine_on_cuda_equals_cpu(refine, structure, kind):
-    from sklaplace import LaplaceRegressor
-
-    X, y = load_iris(return_X_y=True)
-    X = (X - X.mean(0)) / X.std(0)
-    if kind == "regression":
-        y = X[:, 0] * 2.0 - X[:, 1] + 0.1 * np.random.RandomState(0).randn(len(X))
-        X = np.hstack([X[:, 1:], X[:, 1:2] ** 2])
-    cpu_net, cuda_net = _frozen_pair(kind, X, y)
-    Est = LaplaceClassifier if kind == "classification" else LaplaceRegressor
+    X, y, cpu_net, cuda_net, Est = _task(kind)
     params = dict(subset_of_weights="all", hessian_structure=structure, refine=refine,
                   hyperparameter_tuning="evidence", random_state=0)
     cpu = Est(cpu_net, **params).fit(X, y)

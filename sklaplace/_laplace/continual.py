@@ -40,7 +40,6 @@ import numpy as np
 import torch
 
 from .evidence import Evidence
-from .likelihoods import gaussian_log_likelihood
 from .posterior import DiagPosterior, EigenPosterior, KronPosterior
 
 STRUCTURES = ("full", "diag", "kron")
@@ -321,10 +320,7 @@ class TaskEvidence(Evidence):
 
     def __call__(self, delta, sigma=None, index=None):
         delta, sigma, index = self._on_theta_device(delta, sigma, index)
-        if self.gaussian:
-            loglik = gaussian_log_likelihood(self.sse, self.n_rows, sigma) / self.temperature
-        else:
-            loglik = -self.nll / self.temperature
+        loglik = self.log_likelihood(sigma)
         s = self.scale(sigma)
         per_weight = delta[index] if index is not None and delta.dim() > 0 else delta
         quadratic = s * self._curvature_quadratic + (per_weight * self._d2).sum()

@@ -108,6 +108,12 @@ class Evidence:
             self._sums_cache = cached
         return cached[2]
 
+    def log_likelihood(self, sigma=None):
+        """log p(D | θ*) / T at noise ``sigma`` (Gaussian), or the fixed classification term."""
+        if self.gaussian:
+            return gaussian_log_likelihood(self.sse, self.n_rows, sigma) / self.temperature
+        return -self.nll / self.temperature
+
     def _on_theta_device(self, delta, sigma, index):
         """(δ, σ, index) on θ's device: the optimizer's hyperparameters live on the CPU."""
         device = self.theta.device
@@ -149,10 +155,7 @@ class Evidence:
         instead of per weight (O(P r²)).
         """
         delta, sigma, index = self._on_theta_device(delta, sigma, index)
-        if self.gaussian:
-            loglik = gaussian_log_likelihood(self.sse, self.n_rows, sigma) / self.temperature
-        else:
-            loglik = -self.nll / self.temperature
+        loglik = self.log_likelihood(sigma)
         posterior = self.posterior_for(sigma)
         sums = None if index is None or delta.dim() == 0 else self._group_sums(index, delta.numel())
         return (
