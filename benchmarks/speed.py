@@ -417,7 +417,7 @@ def section_scaling(repeats, out):
                "scalar evidence tuning)\n")
     out.append("### With N (data tiled ×k with jitter N(0, 0.01²))\n")
     out.append("| subset | structure | " + " | ".join(f"×{k} (N={k * len(X)}) ms" for k in
-                                                    (1, 2, 4, 8)) + " | ×8 / ×1 | peak MB ×1 → ×8 |")
+                                                      (1, 2, 4, 8)) + " | ×8 / ×1 | peak MB ×1 → ×8 |")
     out.append("|---|---|---|---|---|---|---|---|")
     tiled = {k: (np.tile(X, (k, 1)) + 0.01 * rng.randn(k * len(X), X.shape[1]) * (k > 1),
                  np.tile(y, k)) for k in (1, 2, 4, 8)}
@@ -520,7 +520,7 @@ def section_bridge(repeats, out):
     out.append("| what | bridge ms | mc (1000) ms | speed-up |")
     out.append("|---|---|---|---|")
     for what, a, b in (("predict_proba", "bridge", "mc"), ("link only (proba of the logit "
-                                                             "Gaussian)", "bridge_link", "mc_link")):
+                                                           "Gaussian)", "bridge_link", "mc_link")):
         ta, tb = res[a][0], res[b][0]
         out.append(f"| {what} | {ta * 1e3:.2f} | {tb * 1e3:.1f} | {tb / ta:.0f}× |")
     out.append("\npredict_proba includes the GLM moments (shared by both links); \"link only\" "

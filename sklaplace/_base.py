@@ -28,11 +28,11 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory, validate_data
 
 from ._laplace import continual, nets
-from ._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobian_bytes, memory_budget,
-                        progress_to)
+from ._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobian_bytes,
+                                 memory_budget, progress_to)
 from ._laplace.evidence import Evidence, curvature_scale, maximize_evidence
 from ._laplace.holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_split,
-                      variance_path)
+                               variance_path)
 from ._laplace.likelihoods import LIKELIHOODS
 from ._laplace.online import OnlineEvidence
 from ._laplace.subsets import AllWeights, LastLayer, Subnetwork, _to_module, named_params
@@ -609,7 +609,7 @@ class BaseLaplace(BaseEstimator):
         Xt = torch.tensor(np.asarray(X), dtype=torch.float64, device=device)
         yt = torch.as_tensor(np.ascontiguousarray(y_model), device=device)
         wt = None if sample_weight is None else torch.as_tensor(sample_weight,
-                                                                 dtype=torch.float64, device=device)
+                                                                dtype=torch.float64, device=device)
         # Rows in the evidence's normalizer: N, or Σ w (integer weights = duplicated rows).
         n_rows = len(Xt) if wt is None else float(wt.sum())
         likelihood = self._likelihood()

@@ -48,7 +48,7 @@ def test_a_uniform_predictor_gets_exactly_its_scores():
         estimators=lambda task, seed: {"uniform": DummyClassifier(strategy="uniform")})
     X, y = defaults.load_dataset("wine")
     for r, (_, test) in zip(records, defaults.split_indices(y, "classification", 2,
-                                                           defaults.name_seed("wine"))):
+                                                            defaults.name_seed("wine"))):
         acc = np.mean(y[test] == 0)  # argmax of a tie is the first class
         assert r["nll"] == pytest.approx(np.log(3))
         assert r["acc"] == pytest.approx(acc)

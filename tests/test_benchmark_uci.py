@@ -37,7 +37,7 @@ def test_uci_quick_mode(tmp_path, data_dir, capsys):
     by_key = {(r["dataset"], r["method"]): r for r in rows}
     for d in uci.QUICK_DATASETS["classification"]:
         assert by_key[(d, "gp")]["nll_mean"] == pytest.approx(by_key[(d, "glm")]["nll_mean"],
-                                                             rel=1e-6)
+                                                              rel=1e-6)
 
     with open(out_csv, newline="") as fh:
         table = list(csv.DictReader(fh))

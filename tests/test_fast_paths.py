@@ -111,7 +111,7 @@ def test_in_place_last_layer_variance_leaves_inputs_alone(hidden, dtype):
                                               ("bernoulli", 1)])
 @pytest.mark.parametrize("curvature", ["ggn", "ef"])
 def test_last_layer_full_matrix_from_features_equals_the_jacobian_gram(bias, likelihood, n_out,
-                                                                      curvature):
+                                                                       curvature):
     """Σ_n Λ_n[c, d] φ̃_n φ̃_nᵀ, reordered to [vec W, b], is the Jacobians' Σ_n J_nᵀ F_n F_nᵀ J_n."""
     from sklaplace._laplace.curvature import _gram_rows, _last_layer_matrix
     from sklaplace._laplace.likelihoods import LIKELIHOODS
@@ -150,7 +150,7 @@ def test_with_prior_leaves_the_fitted_curvature_alone(structure):
     assert clf._posterior is not clf._evidence.posterior
     before = clf.predict_proba(X)
     other = clf._evidence.posterior.with_prior(torch.tensor(100.0, dtype=torch.float64),
-                                                torch.tensor(1.0, dtype=torch.float64))
+                                               torch.tensor(1.0, dtype=torch.float64))
     Xt = clf._X_tensor(X)
     with torch.no_grad():
         _, cov_other = clf._subset.moments(Xt, other)

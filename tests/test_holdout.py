@@ -9,7 +9,7 @@ from sklearn.metrics import log_loss
 from sklaplace import LaplaceClassifier, LaplaceRegressor
 from sklaplace.distributions import LogitGaussianPrediction, centered_logit_var, probit_proba
 from sklaplace._laplace.holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_split,
-                               variance_path)
+                                        variance_path)
 
 FAST = dict(hidden_layer_sizes=(8,), max_epochs=20, random_state=0)
 

@@ -235,7 +235,7 @@ def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096, wei
         return None
     h = torch.zeros(subset.n_params, dtype=X.dtype, device=X.device)
     for a, factors, simple, _ in _preactivation_factors(subset, layers, likelihood, X, y,
-                                                         out_scale, curvature, chunk, weight):
+                                                        out_scale, curvature, chunk, weight):
         if not simple:
             return None
         for grads in factors:
@@ -295,7 +295,7 @@ def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", weight=
     G = [0.0] * len(layers)
     A = [0.0] * len(layers)
     for a, factors, _, sl in _preactivation_factors(subset, layers, likelihood, X, y, out_scale,
-                                                     curvature, weight=weight):
+                                                    curvature, weight=weight):
         for grads in factors:
             for i, B in enumerate(grads):
                 B = B.reshape(-1, B.shape[-1])

@@ -111,7 +111,8 @@ class MAPLoss(nn.Module):
         if self.prior is not None:
             return self.prior.penalty(theta, self.prior_precision) / self.n_train
         cached = self.__dict__.get("_delta_cache")
-        if cached is None or cached[0] is not self.prior_precision or cached[1].device != theta.device:
+        if (cached is None or cached[0] is not self.prior_precision
+                or cached[1].device != theta.device):
             cached = (self.prior_precision, self.prior_precision.to(theta))
             self._delta_cache = cached  # one copy per device, not one per batch
         delta = cached[1]

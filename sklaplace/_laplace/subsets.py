@@ -345,7 +345,7 @@ class LastLayer:
         self.shapes = [tuple(p.shape) for p in params]
         # float64 on the layer's device: the LA runs where the net is
         self.theta = torch.cat([p.detach().reshape(-1) for p in params]).to(layer.weight.device,
-                                                                             torch.float64)
+                                                                            torch.float64)
         self.n_params = self.theta.numel()
         self.map_weight, self.map_bias = self._split(self.theta)
         offsets = param_offsets(module)

@@ -136,7 +136,7 @@ class EigenPosterior(Posterior):
                 gram = torch.einsum("g,gij->ij", 1 / delta[index[starts]], grams)
         capacitance = gram * root[:, None] * root[None, :]
         capacitance = capacitance + torch.eye(self.rank, dtype=capacitance.dtype,
-                                               device=capacitance.device)
+                                              device=capacitance.device)
         return log_det_prior + _SPDLogDet.apply(capacitance)
 
     MAX_RUNS = 64
