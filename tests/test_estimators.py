@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from skorch import NeuralNetClassifier, NeuralNetRegressor
+from skorch import NeuralNetClassifier
 from sklearn.base import clone
 from sklearn.datasets import load_iris, make_classification, make_regression
 from sklearn.exceptions import NotFittedError

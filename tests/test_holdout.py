@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 from sklearn.frozen import FrozenEstimator
-from sklearn.metrics import log_loss
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
 from sklaplace.distributions import LogitGaussianPrediction, centered_logit_var, probit_proba

@@ -21,7 +21,6 @@ from sklaplace._laplace.continual import TaskPrior, add_curvature
 from sklaplace._laplace.curvature import compute_posterior
 from sklaplace._laplace.likelihoods import LIKELIHOODS
 from sklaplace._laplace.nets import MLP, MAPLoss
-from sklaplace._laplace.posterior import DiagPosterior, EigenPosterior, KronPosterior
 from sklaplace._laplace.subsets import AllWeights
 
 DT = torch.float64
