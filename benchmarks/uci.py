@@ -275,12 +275,18 @@ QUICK = dict(steps=150, n_deltas=3, n_deltas_large=2, online_updates=2, online_s
 class Cache:
     """One JSON file per (protocol, data set, method, split)."""
 
-    def __init__(self, root, cfg):
+    def __init__(self, root, cfg, tags=None):
         self.root = Path(root)
         self.cfg = cfg
+        self.tags = dict(tags or {})
+
+    def tag(self, protocol):
+        """The directory of a protocol's results: the config's hash, or a tag given
+        explicitly (``--cache-tag``, to report a cache written by another code version)."""
+        return self.tags.get(protocol) or self.cfg.tag(protocol)
 
     def path(self, protocol, dataset, method, split):
-        return self.root / self.cfg.tag(protocol) / dataset / method / f"split_{split:02d}.json"
+        return self.root / self.tag(protocol) / dataset / method / f"split_{split:02d}.json"
 
     def get(self, protocol, dataset, method, split):
         path = self.path(protocol, dataset, method, split)
@@ -298,7 +304,7 @@ class Cache:
         tmp.replace(path)
 
     def results(self, protocol):
-        base = self.root / self.cfg.tag(protocol)
+        base = self.root / self.tag(protocol)
         return [json.loads(p.read_text()) for p in sorted(base.glob("*/*/split_??.json"))]
 
     def put_error(self, protocol, dataset, method, split, message):
@@ -314,7 +320,7 @@ class Cache:
             missing_ok=True)
 
     def errors(self, protocol):
-        base = self.root / self.cfg.tag(protocol)
+        base = self.root / self.tag(protocol)
         return [json.loads(p.read_text()) for p in sorted(base.glob("*/*/split_*.error.json"))]
 
 
@@ -800,6 +806,73 @@ def write_csv(rows, path):
         writer.writerows(rows)
 
 
+def split_rows(cache, protocol, datasets=None, methods=None):
+    """One row per cached (data set, method, split): the test metrics, the chosen prior
+    precision (mean over groups for a layer-wise prior; the groups in ``prior_precision_all``),
+    σ, the log evidence and the seconds of that cell (in classification, the whole δ grid
+    with the MAP training each method needs counted in each; a MAP net loaded from the
+    ``joblib.Memory`` cache counts its loading time only)."""
+    metrics = ("nll", "rmse") if protocol == "regression" else ("nll", "acc", "ece")
+    rows = []
+    for r in cache.results(protocol):
+        if (datasets and r["dataset"] not in datasets) or (methods and r["method"] not in methods):
+            continue
+        delta = np.atleast_1d(np.asarray(r.get("prior_precision", np.nan), dtype=float))
+        row = {"protocol": protocol, "dataset": r["dataset"], "method": r["method"],
+               "split": r["split"], **{m: r.get(m, float("nan")) for m in metrics},
+               "prior_precision": float(delta.mean()),
+               "prior_precision_all": " ".join(f"{d:.6g}" for d in delta),
+               "sigma_noise": float(np.mean(r.get("sigma_noise", np.nan))),
+               "log_evidence": r.get("log_evidence", float("nan")),
+               "seconds": r.get("seconds", float("nan"))}
+        rows.append(row)
+    order = {m: i for i, m in enumerate(methods or METHODS[protocol])}
+    rows.sort(key=lambda row: (row["dataset"], order.get(row["method"], 99), row["split"]))
+    return rows
+
+
+def plot_protocol(rows, protocol, path):
+    """One panel per data set: each method's test NLL (mean ± 2 s.e. over splits) beside
+    the paper's value (± 2 s.e.) where the paper has one.  Needs matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    if not datasets:
+        return None
+    ncols = min(4, len(datasets))
+    nrows = -(-len(datasets) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 0.35 * 10 + 2.6 * nrows),
+                             squeeze=False)
+    for ax, dataset in zip(axes.flat, datasets):
+        cell = [r for r in rows if r["dataset"] == dataset]
+        ys = np.arange(len(cell))
+        se = [2 * r["nll_se"] if np.isfinite(r["nll_se"]) else 0.0 for r in cell]
+        ax.errorbar([r["nll_mean"] for r in cell], ys, xerr=se, fmt="o", color="C0",
+                    label="sklaplace")
+        paper = [(y, r["paper_nll_mean"], 2 * r["paper_nll_se"]) for y, r in zip(ys, cell)
+                 if np.isfinite(r["paper_nll_mean"])]
+        if paper:
+            py, pm, pse = zip(*paper)
+            ax.errorbar(pm, np.asarray(py) + 0.25, xerr=pse, fmt="s", color="C1",
+                        label="paper")
+        ax.set_yticks(ys, [f"{r['method']} (n={r['n_splits']})" for r in cell], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(dataset, fontsize=9)
+        ax.set_xlabel("test NLL (± 2 s.e.)", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    for ax in list(axes.flat)[len(datasets):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7, loc="best")
+    fig.suptitle(f"UCI {protocol}: sklaplace vs the paper (lower is better)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -849,6 +922,16 @@ def add_arguments(parser):
                         help="do not run anything: build the tables from the cache")
     parser.add_argument("--out", metavar="PATH",
                         help="write the table(s): .csv for CSV, anything else Markdown")
+    parser.add_argument("--splits-csv", metavar="PATH",
+                        help="write one row per (data set, method, split): metrics, chosen "
+                             "prior precision, σ, log evidence, seconds")
+    parser.add_argument("--figure", metavar="PATH",
+                        help="save a PNG per protocol (test NLL vs the paper, ± 2 s.e.); with "
+                             "--protocol all, the protocol name is appended to the file name")
+    parser.add_argument("--cache-tag", metavar="TAG", action="append",
+                        help="with --report: read the results under <cache-dir>/TAG (e.g. "
+                             "classification-1a2b3c4d) instead of the current code's tag; "
+                             "repeat for several protocols")
     parser.add_argument("--data-dir", help="data root (default: $SKLAPLACE_DATA or ../shared/data)")
     parser.add_argument("--quiet", action="store_true", help="no per-split progress lines")
     return parser
@@ -885,7 +968,15 @@ def main(args):
     else:
         n = args.n_splits or (1 if args.quick else max(PROTOCOL_SPLITS[p] for p in protocols))
         splits = list(range(n))
-    cache = Cache(args.cache_dir, cfg)
+    tags = {}
+    for tag in args.cache_tag or []:
+        protocol = tag.split("-")[0]
+        if protocol not in PROTOCOLS:
+            raise SystemExit(f"--cache-tag {tag!r}: must start with one of {PROTOCOLS}")
+        tags[protocol] = tag
+    if tags and not args.report:
+        raise SystemExit("--cache-tag reads a cache written by other code: use it with --report")
+    cache = Cache(args.cache_dir, cfg, tags)
 
     def log(message):
         if not args.quiet:
@@ -895,17 +986,27 @@ def main(args):
         log(f"config {dataclasses.asdict(cfg)}; cache {args.cache_dir}; splits {splits}")
         run(protocols, datasets, methods, splits, cfg, cache, resume=args.resume,
             data_dir=args.data_dir, log=log)
-    all_rows, text = [], []
+    all_rows, text, per_split = [], [], []
     for p in protocols:
         rows = summarize(cache, p, datasets[p], methods[p])
         all_rows += rows
-        text.append(f"### {p} ({cfg.tag(p)})\n\n" + markdown_table(rows, p))
+        per_split += split_rows(cache, p, datasets[p], methods[p])
+        text.append(f"### {p} ({cache.tag(p)})\n\n" + markdown_table(rows, p))
+        if args.figure and rows:
+            figure = Path(args.figure)
+            if len(protocols) > 1:
+                figure = figure.with_name(f"{figure.stem}_{p}{figure.suffix or '.png'}")
+            figure.parent.mkdir(parents=True, exist_ok=True)
+            plot_protocol(rows, p, figure)
         errors = [e for e in cache.errors(p) if e["dataset"] in datasets[p]
                   and e["method"] in methods[p]]
         if errors:
             text.append(_error_summary(errors))
     report = "\n".join(text)
     print(report)
+    if args.splits_csv:
+        Path(args.splits_csv).parent.mkdir(parents=True, exist_ok=True)
+        write_csv(per_split, args.splits_csv)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)

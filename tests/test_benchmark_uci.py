@@ -9,9 +9,7 @@ from benchmarks import uci
 from benchmarks.__main__ import build_parser, main
 
 
-
-
-def test_uci_quick_mode(tmp_path, data_dir, capsys):
+def test_uci_quick_mode(tmp_path, data_dir, capsys, monkeypatch):
     cache = tmp_path / "cache"
     out_csv = tmp_path / "table.csv"
     argv = ["uci", "--quick", "--quiet", "--cache-dir", str(cache), "--out", str(out_csv),
@@ -59,6 +57,35 @@ def test_uci_quick_mode(tmp_path, data_dir, capsys):
     main(argv[:-4] + ["--resume", "--out", str(out_md), "--data-dir", str(data_dir)])
     assert {p: p.stat().st_mtime_ns for p in cache.rglob("split_*.json")} == stamps
 
+    # per-split CSV: one row per cached cell, with the chosen δ; a figure per protocol
+    per_split, figure = tmp_path / "splits.csv", tmp_path / "nll.png"
+    main(argv[:-4] + ["--report", "--splits-csv", str(per_split), "--figure", str(figure),
+                      "--data-dir", str(data_dir)])
+    with open(per_split, newline="") as fh:
+        split_table = list(csv.DictReader(fh))
+    assert len(split_table) == len(expected)
+    by_cell = {(r["protocol"], r["dataset"], r["method"]): r for r in split_table}
+    for r in rows:
+        cell = by_cell[(r["protocol"], r["dataset"], r["method"])]
+        assert cell["split"] == "0"
+        assert float(cell["nll"]) == pytest.approx(r["nll_mean"])
+        assert float(cell["prior_precision"]) > 0 and float(cell["seconds"]) >= 0
+    for protocol in uci.PROTOCOLS:
+        png = tmp_path / f"nll_{protocol}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # after a code change the cache tag moves: --report finds nothing, unless the old tag is
+    # named with --cache-tag
+    tags = {p: uci.Config(**uci.QUICK, seed=0).tag(p) for p in uci.PROTOCOLS}
+    monkeypatch.setattr(uci, "source_hash", lambda: "other-code")
+    report = argv[:-4] + ["--report", "--data-dir", str(data_dir)]
+    assert main(report) == []
+    old = main(report + sum((["--cache-tag", tags[p]] for p in uci.PROTOCOLS), []))
+    assert [(r["dataset"], r["method"], r["nll_mean"]) for r in old] == [
+        (r["dataset"], r["method"], r["nll_mean"]) for r in rows]
+    with pytest.raises(SystemExit, match="--report"):
+        main(argv[:-4] + ["--cache-tag", tags["regression"], "--data-dir", str(data_dir)])
+
 
 def test_parser_has_uci_subcommand():
     args = build_parser().parse_args(["uci", "--splits", "0,2-3", "--protocol", "regression"])
@@ -103,3 +130,4 @@ def test_eta_extrapolates_from_the_cells_done(monkeypatch):
     assert str(eta) == "0/10 cells"
     eta.done(2)  # 2 cells in 60 s: 8 left take 4 minutes
     assert str(eta) == "2/10 cells, ETA 4.0 min"
+
