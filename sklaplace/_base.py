@@ -33,7 +33,7 @@ from ._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobi
 from ._laplace.evidence import Evidence, curvature_scale, maximize_evidence
 from ._laplace.holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_split,
                                variance_path)
-from ._laplace.likelihoods import LIKELIHOODS
+from ._laplace import likelihoods
 from ._laplace.online import OnlineEvidence
 from ._laplace.subsets import AllWeights, LastLayer, Subnetwork, _to_module, named_params
 
@@ -445,7 +445,7 @@ class BaseLaplace(BaseEstimator):
                 f"The net's criterion gives a {likelihood} likelihood, which "
                 f"{type(self).__name__} does not support."
             )
-        self._likelihood_name = likelihood
+        self._likelihood = likelihoods.get(likelihood)
         sigma0 = self._initial_sigma(n_outputs)
         if frozen is not None:
             self._check_outputs(output_width(frozen.module_, X))
@@ -456,7 +456,7 @@ class BaseLaplace(BaseEstimator):
         if self.hyperparameter_tuning_ == "cv":
             fit_rows, held_out = validation_split(
                 len(X), self.validation_fraction, int(rng.randint(0, 2**31 - 1)),
-                labels=y_model if self._likelihood_kinds != ("gaussian",) else None)
+                labels=None if self._likelihood.has_noise else y_model)
             w_fit, w_val = ((None, None) if sample_weight is None
                             else (sample_weight[fit_rows], sample_weight[held_out]))
             if w_fit is not None and not (w_fit.sum() > 0 and w_val.sum() > 0):
@@ -483,8 +483,8 @@ class BaseLaplace(BaseEstimator):
         train = check_memory(self.memory).cache(nets.train_map)
         weighted = {} if sample_weight is None else {"sample_weight": sample_weight}
         self.net_ = train(
-            clone(net), X, self._y_for_training(y_model, self._likelihood_name),
-            likelihood=self._likelihood_name, temperature=self.temperature,
+            clone(net), X, y_model, likelihood=self._likelihood.name,
+            temperature=self.temperature,
             sigma_noise=np.asarray(sigma0, dtype=float),
             prior_precision=self._training_prior(sizes), seed=seed,
             callbacks=self._online_callbacks(sizes, y_model, sample_weight) if online else (),
@@ -496,22 +496,15 @@ class BaseLaplace(BaseEstimator):
         arr = np.asarray(self.prior_precision, dtype=float)
         return float(arr) if arr.ndim == 0 else expand_prior(arr, sizes)
 
-    def _y_for_training(self, y_model, likelihood):
-        if likelihood == "categorical":
-            return y_model.astype(np.int64)
-        if likelihood == "bernoulli":
-            return y_model.astype(np.float32)
-        return y_model.reshape(y_model.shape[0], -1)
-
     def _online_callbacks(self, sizes, y_model, sample_weight=None):
         structure = self.hessian_structure
         if structure == "auto":
             cheap = full_structure_seconds(len(y_model), self._n_model_outputs,
                                            sum(sizes)) <= AUTO_FULL_SECONDS
             structure = "full" if cheap else "kron" if self._all_linear else "diag"
-        gaussian = self._likelihood_name == "gaussian"
+        gaussian = self._likelihood.has_noise
         return [OnlineEvidence(
-            self._likelihood_name, hessian_structure=structure, curvature=self.curvature,
+            self._likelihood.name, hessian_structure=structure, curvature=self.curvature,
             prior_structure=self.prior_structure, frequency=self.online_frequency,
             burn_in=self.online_burn_in, n_steps=self.online_steps, lr=self.online_lr,
             temperature=self.temperature, lowrank_rank=self.lowrank_rank,
@@ -567,7 +560,7 @@ class BaseLaplace(BaseEstimator):
                     f"subnetwork={spec} must be between 1 and the number of weights "
                     f"({everything.n_params})."
                 )
-            diag = compute_posterior("diag", everything, self._likelihood(), X, y, out_scale,
+            diag = compute_posterior("diag", everything, self._likelihood, X, y, out_scale,
                                      self.curvature, weight=weight)
             delta = self._subset_prior(everything, self.prior_precision)
             sigma = torch.as_tensor(self._initial_sigma(out_scale.numel()), dtype=torch.float64)
@@ -586,12 +579,8 @@ class BaseLaplace(BaseEstimator):
         whole = expand_prior(arr, sizes)
         return all(np.all(part == part[0]) for part in np.split(whole, np.cumsum(sizes)[:-1]))
 
-    def _likelihood(self):
-        return LIKELIHOODS[self._likelihood_name]()
-
     def _curvature_scale(self, sigma):
-        gaussian = self._likelihood_name == "gaussian"
-        return curvature_scale(gaussian, self.curvature, self.temperature, sigma)
+        return curvature_scale(self._likelihood.has_noise, self.curvature, self.temperature, sigma)
 
     def _subset_prior(self, subset, prior):
         """Whole-net prior → 0-d tensor or one value per Laplace weight."""
@@ -612,12 +601,12 @@ class BaseLaplace(BaseEstimator):
                                                                 dtype=torch.float64, device=device)
         # Rows in the evidence's normalizer: N, or Σ w (integer weights = duplicated rows).
         n_rows = len(Xt) if wt is None else float(wt.sum())
-        likelihood = self._likelihood()
+        likelihood = self._likelihood
         with torch.no_grad():
             n_out = module(Xt[:1]).reshape(1, -1).shape[1]
         self._check_outputs(n_out)
         sigma_init = torch.as_tensor(np.asarray(sigma0, dtype=float), dtype=torch.float64)
-        vector_sigma = self._likelihood_name == "gaussian" and sigma_init.dim() > 0
+        vector_sigma = likelihood.has_noise and sigma_init.dim() > 0
         out_scale = (1.0 / sigma_init if vector_sigma
                      else torch.ones(n_out, dtype=torch.float64)).to(device)
         subset, kind, structure = self._resolve_subset(module, Xt, yt, out_scale, n_out, wt)
@@ -725,7 +714,7 @@ class BaseLaplace(BaseEstimator):
         chosen prior and noise; replaces the prediction subset and posterior."""
         from ._laplace.refine import refine_posterior
 
-        if self._likelihood_name == "gaussian" and sigma.dim() > 0:
+        if likelihood.has_noise and sigma.dim() > 0:
             out_scale = 1.0 / sigma  # the per-output noise the posterior was rebuilt at
         self._subset, self._posterior, info = refine_posterior(
             self.refine, structure, self._subset, likelihood, X, y, weight, delta,

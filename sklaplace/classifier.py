@@ -207,16 +207,16 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return "cv"
 
     def _check_outputs(self, n_out):
-        if self._likelihood_name == "bernoulli" and len(self.classes_) != 2:
+        if self._likelihood.single_logit and len(self.classes_) != 2:
             raise ValueError(
                 f"The net's criterion BCEWithLogitsLoss (one logit, Bernoulli) models two "
                 f"classes but y has {len(self.classes_)}; use CrossEntropyLoss with one output "
                 "per class."
             )
-        expected = 1 if self._likelihood_name == "bernoulli" else len(self.classes_)
+        expected = self._likelihood.n_outputs(len(self.classes_))
         if n_out != expected:
             raise ValueError(
-                f"The network outputs {n_out} values per row but the {self._likelihood_name} "
+                f"The network outputs {n_out} values per row but the {self._likelihood.name} "
                 f"likelihood with {len(self.classes_)} classes needs {expected}."
             )
         self._n_model_outputs = n_out
@@ -318,7 +318,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return self._logit_dist(mean, cov, link, samples)
 
     def _logit_dist(self, mean, cov, link, samples=None):
-        single = self._likelihood_name == "bernoulli"
+        single = self._likelihood.single_logit
         if single:  # one Bernoulli logit f ↦ the two logits (−f/2, f/2)
             mean = torch.cat([-mean / 2, mean / 2], dim=1)
             v = cov[:, 0, 0] / 4
@@ -352,7 +352,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         if self.link_approx == "probit":
             # predict_dist(X).proba() without building the logit Gaussian: same numbers.
             mean, cov = mean.cpu().numpy(), cov.cpu().numpy()
-            if self._likelihood_name == "bernoulli":
+            if self._likelihood.single_logit:
                 return binary_probit_proba(mean[:, 0], np.maximum(cov[:, 0, 0], 0.0))
             return probit_proba(mean, centered_logit_var(cov))
         return self._logit_dist(mean, cov, self.link_approx).proba()

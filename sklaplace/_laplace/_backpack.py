@@ -45,18 +45,10 @@ def _loss(likelihood, out_scale):
     Our GGN uses Λ_n = S_n S_nᵀ from ``likelihood.sqrt_hessian`` with rows scaled
     by ``out_scale``: softmax and Bernoulli Λ match cross-entropy and BCE with
     logits; for the Gaussian Λ = diag(out_scale²), while MSELoss(sum) has
-    Hessian 2I, so c = out_scale²/2 when all entries are equal.
+    Hessian 2I, so c = out_scale²/2 when all entries are equal
+    (``likelihood.loss_module``).
     """
-    if likelihood.name == "categorical":
-        return nn.CrossEntropyLoss(reduction="sum"), lambda f: f.new_zeros(f.shape[0],
-                                                                           dtype=torch.long), 1.0
-    if likelihood.name == "bernoulli":
-        return nn.BCEWithLogitsLoss(reduction="sum"), torch.zeros_like, 1.0
-    if likelihood.name == "gaussian":
-        if (out_scale != out_scale[0]).any():
-            return None
-        return nn.MSELoss(reduction="sum"), torch.zeros_like, float(out_scale[0]) ** 2 / 2
-    return None
+    return likelihood.loss_module(out_scale)
 
 
 def _prepare(subset, likelihood, out_scale):

@@ -389,15 +389,14 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
     if frozen is None:
         rng = check_seed("random_state", estimator.random_state)
         seed = int(rng.randint(0, 2**31 - 1, size=n_tasks + 3)[-1])
-        likelihood = estimator._likelihood_name
         prior = np.asarray(estimator.prior_precision_, dtype=float)
         sizes = _tensor_sizes(estimator.net_.module_)
         delta = float(prior) if prior.ndim == 0 else expand_prior(prior, sizes)
         scale = estimator._curvature_scale(torch.tensor(sigma_train, dtype=torch.float64))
         estimator._log(f"task {n_tasks + 1}: MAP training from the previous posterior's mean")
         estimator.net_ = nets.train_map(
-            clone(net), X, estimator._y_for_training(y_model, likelihood),
-            likelihood=likelihood, temperature=estimator.temperature,
+            clone(net), X, y_model, likelihood=estimator._likelihood.name,
+            temperature=estimator.temperature,
             sigma_noise=np.asarray(sigma_train), prior_precision=delta, seed=seed,
             sample_weight=sample_weight, prior=TaskPrior(theta_prev, previous, scale),
             init_module=estimator.net_.module_)

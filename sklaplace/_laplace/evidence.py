@@ -91,7 +91,7 @@ class Evidence:
         weight)``: per-output sums of squares for a Gaussian likelihood, else the summed
         NLL (row-weighted; N is then Σ w). Post-hoc and online tuning both build it here."""
         n_rows = len(f) if weight is None else float(weight.sum())
-        if likelihood.name == "gaussian":
+        if likelihood.has_noise:
             sq = (y.reshape(f.shape) - f) ** 2
             sse = (sq if weight is None else sq * weight[:, None]).sum(0)
             return cls(posterior, theta, temperature, n_rows, sse=sse, curvature=curvature,

@@ -10,18 +10,71 @@ and exposes what the MAP objective, the curvature and the evidence need:
 
 The temperature ``T`` and the Gaussian noise ``σ`` are applied outside, as a
 scalar factor on the log-likelihood and on Λ (see ``curvature_scale``).
+
+Each likelihood also carries what the estimators decide by likelihood: whether it
+has an observation noise σ (``has_noise``), the dtype and shape of its targets
+(``train_targets`` for skorch, ``targets`` for tensors, ``split_weight`` for targets
+with a trailing weight column), the number of logits for ``n_classes`` classes
+(``n_outputs``), its full negative log-likelihood at a noise σ (``noisy_nll``) and
+the torch loss whose Hessian BackPACK propagates (``loss_module``).
+
+The *name* (``"categorical"``, ``"bernoulli"``, ``"gaussian"``) is what crosses the
+boundary to skorch (``criterion__likelihood``) and to pickles; :func:`get` turns it
+into the object.
 """
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
-class Categorical:
+class _Likelihood:
+    name = None
+    has_noise = False  # an observation noise σ (scales the log-likelihood and Λ)
+    single_logit = False  # one logit for two classes
+
+    def __reduce__(self):  # stateless: pickles as its name
+        return get, (self.name,)
+
+    def __eq__(self, other):
+        return type(other) is type(self)
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+    def noisy_nll(self, f, y, sigma):
+        """Per-row negative log-likelihood at the noise ``sigma`` (ignored without noise)."""
+        return self.nll(f, y)
+
+    def split_weight(self, y):
+        """(targets, weights) of a target tensor whose last column holds row weights."""
+        y = y.reshape(y.shape[0], -1)
+        return self.targets(y[:, :-1]), y[:, -1]
+
+
+class Categorical(_Likelihood):
     """Softmax likelihood over ``C`` logits."""
 
     name = "categorical"
+
+    def n_outputs(self, n_classes):
+        return n_classes
+
+    def train_targets(self, y):
+        return np.asarray(y).astype(np.int64)
+
+    def targets(self, y):
+        return y.reshape(y.shape[0], -1)[:, 0].long()
+
+    def loss_module(self, out_scale):
+        """(loss, target maker, c): c · GGN of ``loss`` (summed) is our GGN."""
+        return nn.CrossEntropyLoss(reduction="sum"), _zero_labels, 1.0
 
     def nll(self, f, y):
         return F.cross_entropy(f, y.long(), reduction="none")
@@ -36,10 +89,23 @@ class Categorical:
         return torch.diag_embed(sp) - p.unsqueeze(-1) * sp.unsqueeze(-2)
 
 
-class Bernoulli:
+class Bernoulli(_Likelihood):
     """Sigmoid likelihood of a single logit (binary classification)."""
 
     name = "bernoulli"
+    single_logit = True
+
+    def n_outputs(self, n_classes):
+        return 1
+
+    def train_targets(self, y):
+        return np.asarray(y).astype(np.float32)
+
+    def targets(self, y):
+        return y.reshape(y.shape[0], -1)[:, 0].to(torch.float64)
+
+    def loss_module(self, out_scale):
+        return nn.BCEWithLogitsLoss(reduction="sum"), torch.zeros_like, 1.0
 
     def nll(self, f, y):
         return F.binary_cross_entropy_with_logits(
@@ -54,14 +120,37 @@ class Bernoulli:
         return (p * (1 - p)).sqrt().unsqueeze(-1)
 
 
-class Gaussian:
+class Gaussian(_Likelihood):
     """Gaussian likelihood with unit noise; σ enters through ``curvature_scale``.
 
-    ``nll`` here is ½‖y − f‖² (the σ-free part); ``gaussian_log_likelihood``
-    gives the full log-likelihood for any σ.
+    ``nll`` here is ½‖y − f‖² (the σ-free part); ``noisy_nll`` and
+    ``gaussian_log_likelihood`` give the full log-likelihood for any σ.
     """
 
     name = "gaussian"
+    has_noise = True
+
+    def n_outputs(self, n_classes):
+        return n_classes
+
+    def train_targets(self, y):
+        y = np.asarray(y)
+        return y.reshape(y.shape[0], -1)
+
+    def targets(self, y):
+        return y.reshape(y.shape[0], -1).to(torch.float64)
+
+    def noisy_nll(self, f, y, sigma):
+        sigma = sigma.to(f).expand(f.shape[1])
+        sq = ((y.reshape(f.shape).to(f) - f) / sigma) ** 2
+        return (0.5 * sq + torch.log(sigma) + 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def loss_module(self, out_scale):
+        # Λ = diag(out_scale²) but MSELoss(sum) has Hessian 2I: c = out_scale²/2, and only
+        # when all outputs share one scale.
+        if (out_scale != out_scale[0]).any():
+            return None
+        return nn.MSELoss(reduction="sum"), torch.zeros_like, float(out_scale[0]) ** 2 / 2
 
     def nll(self, f, y):
         return 0.5 * ((y.reshape(f.shape) - f) ** 2).sum(-1)
@@ -94,4 +183,19 @@ def gaussian_log_likelihood(sse, n, sigma):
     )
 
 
+def _zero_labels(f):
+    return f.new_zeros(f.shape[0], dtype=torch.long)
+
+
 LIKELIHOODS = {"categorical": Categorical, "bernoulli": Bernoulli, "gaussian": Gaussian}
+
+
+def get(likelihood):
+    """The likelihood object of a name (an object is returned as it is)."""
+    if isinstance(likelihood, _Likelihood):
+        return likelihood
+    try:
+        return LIKELIHOODS[likelihood]()
+    except KeyError:
+        raise ValueError(f"unknown likelihood {likelihood!r}; one of {sorted(LIKELIHOODS)}") \
+            from None

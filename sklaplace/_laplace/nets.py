@@ -22,14 +22,13 @@ weights nothing changes.
 """
 
 import inspect
-import math
 
 import numpy as np
 import torch
 from skorch import NeuralNet
 from torch import nn
 
-from .likelihoods import LIKELIHOODS
+from . import likelihoods
 
 DIVERGENCE_FACTOR = 1e3  # final / initial training loss beyond which training diverged
 
@@ -78,7 +77,7 @@ class MAPLoss(nn.Module):
         super().__init__()
         self.prior = prior
         self.sample_weight = sample_weight
-        self.likelihood = LIKELIHOODS[likelihood]()
+        self.likelihood = likelihoods.get(likelihood)
         self.n_train = n_train
         self.temperature = temperature
         self.sigma_noise = torch.as_tensor(sigma_noise, dtype=torch.float64)
@@ -92,17 +91,9 @@ class MAPLoss(nn.Module):
     def data_nll(self, y_pred, y_true):
         f = y_pred.reshape(y_pred.shape[0], -1)
         if self.sample_weight:
-            y_true = y_true.reshape(f.shape[0], -1)
-            weight, y_true = y_true[:, -1].to(f), y_true[:, :-1]
-            if self.likelihood.name != "gaussian":
-                y_true = y_true[:, 0]
-        if self.likelihood.name != "gaussian":
-            nll = self.likelihood.nll(f, y_true)
-        else:
-            sigma = self.sigma_noise.to(f).expand(f.shape[1])
-            sq = ((y_true.reshape(f.shape).to(f) - f) / sigma) ** 2
-            nll = (0.5 * sq + torch.log(sigma) + 0.5 * math.log(2 * math.pi)).sum(-1)
-        return (nll * weight).mean() if self.sample_weight else nll.mean()
+            y_true, weight = self.likelihood.split_weight(y_true)
+        nll = self.likelihood.noisy_nll(f, y_true, self.sigma_noise)
+        return (nll * weight.to(f)).mean() if self.sample_weight else nll.mean()
 
     def prior_term(self):
         if not self._params:
@@ -266,8 +257,8 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
         net.criterion_.attach(net.module_)
         dtype = module_dtype(net.module_)
         Xt = torch.tensor(np.asarray(X)).to(dtype)
-        yt = torch.tensor(np.asarray(y))
-        if likelihood != "categorical":
+        yt = torch.tensor(likelihoods.get(likelihood).train_targets(y))
+        if yt.is_floating_point():
             yt = yt.to(dtype)
         data = (Xt, yt)
         if weighted:

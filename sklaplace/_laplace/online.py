@@ -17,7 +17,7 @@ from skorch.callbacks import Callback
 
 from .curvature import compute_posterior
 from .evidence import LOG_PRIOR_BOUNDS, Evidence, maximize_evidence
-from .likelihoods import LIKELIHOODS
+from . import likelihoods
 from .nets import module_device
 from .subsets import AllWeights
 
@@ -100,14 +100,12 @@ class OnlineEvidence(Callback):
         X = torch.as_tensor(dataset_train.X).to(device, torch.float64)
         y = torch.as_tensor(dataset_train.y).to(device)
         weight = None
+        likelihood = likelihoods.get(self.likelihood)
         if self.sample_weight is not None:  # drop the weight column of the training targets
             weight = torch.as_tensor(self.sample_weight, dtype=torch.float64, device=device)
-            y = y.reshape(len(y), -1)[:, :-1]
-            if self.likelihood != "gaussian":
-                y = y[:, 0]
-            if self.likelihood == "categorical":
-                y = y.long()
-        y = y.to(torch.float64) if self.likelihood != "categorical" else y
+            y = likelihood.split_weight(y)[0]
+        else:
+            y = likelihood.targets(y)
         crit = net.criterion_
         delta, sigma, value = self.update(module, X, y, crit.prior_precision.cpu(),
                                           crit.sigma_noise.cpu(), weight=weight)
@@ -123,7 +121,7 @@ class OnlineEvidence(Callback):
             "epoch": epoch,
             "log_evidence": value,
             "prior_precision": per_group.numpy().copy(),
-            "sigma_noise": sigma.numpy().copy() if self.likelihood == "gaussian" else None,
+            "sigma_noise": sigma.numpy().copy() if likelihood.has_noise else None,
         })
 
     def _maximize(self, evidence, log_delta, index, sigma0):
@@ -151,7 +149,7 @@ class OnlineEvidence(Callback):
         evidence).
         """
         subset = AllWeights(module)
-        likelihood = LIKELIHOODS[self.likelihood]()
+        likelihood = likelihoods.get(self.likelihood)
         n_out = module(X[:1]).reshape(1, -1).shape[1]
         with torch.no_grad():
             # a scalar prior's evidence needs the spectrum only (no eigenvectors)
@@ -162,7 +160,7 @@ class OnlineEvidence(Callback):
                                           self.curvature, self.lowrank_rank, weight=weight,
                                           eigenvalues_only=spectrum)
             f = subset.forward(X)
-        gaussian = self.likelihood == "gaussian"
+        gaussian = likelihood.has_noise
         evidence = Evidence.at_fit(posterior, subset.theta, likelihood, f, y, weight,
                                    self.temperature, self.curvature)
 

@@ -133,7 +133,7 @@ class GLM:
 
     def __init__(self, likelihood, f0, J, y, theta_star, s, out_scale, weight=None):
         self.likelihood = likelihood
-        self.gaussian = likelihood.name == "gaussian"
+        self.gaussian = likelihood.has_noise
         self.f0, self.J, self.y = f0, J, y
         self.theta_star = theta_star
         self.s = float(s)
