@@ -35,7 +35,9 @@ from ._laplace.holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, vali
                                variance_path)
 from ._laplace import likelihoods
 from ._laplace.online import OnlineEvidence
-from ._laplace.subsets import AllWeights, LastLayer, Subnetwork, _to_module, named_params
+from ._laplace.prior import (PriorGroups, constant_per_tensor, expand_prior, subset_prior,
+                             tensor_sizes)
+from ._laplace.subsets import AllWeights, LastLayer, Subnetwork, _to_module
 
 AUTO_FULL_MAX_PARAMS = 5000
 AUTO_LAST_LAYER_FULL_MAX = 2000
@@ -168,22 +170,6 @@ def validate_predict_X(estimator, X):
     return np.asarray(validate_numeric(estimator, X, reset=False, dtype=[np.float64, np.float32]))
 
 
-def expand_prior(prior, sizes):
-    """Whole-net prior (float, per tensor or per parameter) → one value per parameter."""
-    arr = np.asarray(prior, dtype=float)
-    total = int(np.sum(sizes))
-    if arr.ndim == 0:
-        return np.full(total, float(arr))
-    if arr.size == len(sizes):
-        return np.repeat(arr, sizes)
-    if arr.size == total:
-        return arr.copy()
-    raise ValueError(
-        f"prior_precision has {arr.size} values; expected a float, one value per parameter "
-        f"tensor ({len(sizes)}: weight and bias of each layer) or one per parameter ({total})."
-    )
-
-
 def _build_posterior(structure, subset, likelihood, X, y, curvature, rank, out_scale,
                      weight=None):
     return compute_posterior(structure, subset, likelihood, X, y, out_scale, curvature, rank,
@@ -266,10 +252,6 @@ def output_width(module, X):
     finally:
         module.train(training)
     return int(out.reshape(x.shape[0], -1).shape[1])
-
-
-def _tensor_sizes(module):
-    return [p.numel() for _, p in named_params(module)]
 
 
 class BaseLaplace(BaseEstimator):
@@ -407,7 +389,7 @@ class BaseLaplace(BaseEstimator):
             module = clone(net).initialize().module_
         self._check_outputs(output_width(module, X))
         self._all_linear = _all_linear(module)
-        return _tensor_sizes(module)
+        return tensor_sizes(module)
 
     # ------------------------------------------------------------ fit
     def _fit(self, X, y_model, likelihood_default, n_outputs, y_scale, sample_weight=None):
@@ -531,7 +513,7 @@ class BaseLaplace(BaseEstimator):
             return continual.resolve_subset(self, module, X, n_out)
         kind, structure = self.subset_of_weights, self.hessian_structure
         if kind == "auto":
-            n_all = sum(_tensor_sizes(module))
+            n_all = sum(tensor_sizes(module))
             fits = jacobian_bytes(X.shape[0], n_out, n_all) <= memory_budget(X.device)
             if structure == "full":
                 kind = "all" if n_all <= AUTO_FULL_MAX_PARAMS and fits else "last_layer"
@@ -562,7 +544,7 @@ class BaseLaplace(BaseEstimator):
                 )
             diag = compute_posterior("diag", everything, self._likelihood, X, y, out_scale,
                                      self.curvature, weight=weight)
-            delta = self._subset_prior(everything, self.prior_precision)
+            delta = subset_prior(self.prior_precision, everything)
             sigma = torch.as_tensor(self._initial_sigma(out_scale.numel()), dtype=torch.float64)
             var = diag.with_prior(delta, self._curvature_scale(sigma)).marginal_variance()
             return torch.argsort(var.cpu(), descending=True)[:spec].numpy()
@@ -570,26 +552,8 @@ class BaseLaplace(BaseEstimator):
             return Subnetwork.indices_from_names(module, list(spec))
         raise ValueError(f"subnetwork must be a positive int or a list of parameter names, got {spec!r}.")
 
-    def _prior_per_tensor(self):
-        """Whether prior_precision is constant within every parameter tensor."""
-        arr = np.asarray(self.prior_precision, dtype=float)
-        if arr.ndim == 0:
-            return True
-        sizes = _tensor_sizes(self.net_.module_)
-        whole = expand_prior(arr, sizes)
-        return all(np.all(part == part[0]) for part in np.split(whole, np.cumsum(sizes)[:-1]))
-
     def _curvature_scale(self, sigma):
         return curvature_scale(self._likelihood.has_noise, self.curvature, self.temperature, sigma)
-
-    def _subset_prior(self, subset, prior):
-        """Whole-net prior → 0-d tensor or one value per Laplace weight."""
-        arr = np.asarray(prior, dtype=float)
-        device = subset.theta.device
-        if arr.ndim == 0:
-            return torch.tensor(float(arr), dtype=torch.float64, device=device)
-        return torch.as_tensor(expand_prior(arr, _tensor_sizes(subset.module))[subset.whole_index],
-                               device=device)
 
     def _fit_laplace(self, X, y_model, sigma0, y_scale, validation=None, chosen=None,
                      sample_weight=None):
@@ -610,7 +574,8 @@ class BaseLaplace(BaseEstimator):
         out_scale = (1.0 / sigma_init if vector_sigma
                      else torch.ones(n_out, dtype=torch.float64)).to(device)
         subset, kind, structure = self._resolve_subset(module, Xt, yt, out_scale, n_out, wt)
-        if structure == "kron" and (self.prior_structure == "diag" or not self._prior_per_tensor()):
+        if structure == "kron" and (self.prior_structure == "diag" or not constant_per_tensor(
+                self.prior_precision, self.net_.module_)):
             raise ValueError(
                 "hessian_structure='kron' needs one prior precision per weight or bias tensor: "
                 "use prior_structure 'scalar' or 'layerwise' and a prior_precision that is a "
@@ -674,7 +639,7 @@ class BaseLaplace(BaseEstimator):
         arr = np.asarray(prior, dtype=float)
         self.prior_precision_ = float(arr) if arr.ndim == 0 else arr
         self._log(f"prior_precision_ = {np.array2string(arr, precision=4)}")
-        delta = self._subset_prior(subset, self.prior_precision_)
+        delta = subset_prior(self.prior_precision_, subset)
         if vector_sigma:  # the curvature depends on a per-output σ: recompute it at the optimum
             evidence.posterior = evidence.posterior_for(sigma)
         self._evidence = evidence
@@ -745,19 +710,8 @@ class BaseLaplace(BaseEstimator):
 
     def _tune(self, evidence, subset, sigma, y_model, sample_weight=None):
         """Bounded maximisation of the evidence; returns (whole-net prior, σ tensor)."""
-        start = self._subset_prior(subset, self.prior_precision).cpu().expand(subset.n_params)
-        if self.prior_structure == "scalar":
-            free = np.zeros(subset.n_params, dtype=int)
-        elif self.prior_structure == "layerwise":
-            free = np.unique(subset.group_index, return_inverse=True)[1]
-        else:
-            free = np.arange(subset.n_params)
-        log0 = [float(start[free == g].log().mean()) for g in range(free.max() + 1)]
-        free_t = torch.as_tensor(free)
-
-        def expand(values):
-            return values[0] if self.prior_structure == "scalar" else values[free_t]
-
+        groups = PriorGroups(self.prior_structure, subset)
+        log0 = groups.log_start(subset_prior(self.prior_precision, subset)).numpy()
         log_sigma0 = floor = None
         if evidence.gaussian:
             log_sigma0 = np.log(sigma.cpu().numpy())
@@ -765,18 +719,10 @@ class BaseLaplace(BaseEstimator):
                                      sample_weight, axis=0)
             floor = 1e-3 * np.maximum(spread, 1e-12)
             floor = floor.mean() if sigma.dim() == 0 else floor
-        log_delta, log_sigma = maximize_evidence(evidence, log0, expand, log_sigma0, floor)
-        values = np.exp(log_delta)
+        log_delta, log_sigma = maximize_evidence(evidence, log0, groups.expand, log_sigma0, floor)
         if evidence.gaussian:
             sigma = torch.as_tensor(np.exp(log_sigma), dtype=torch.float64)
-        if self.prior_structure == "scalar":
-            return float(values[0]), sigma
-        sizes = _tensor_sizes(subset.module)
-        whole = expand_prior(self.prior_precision, sizes)
-        whole[subset.whole_index] = values[free]
-        if self.prior_structure == "layerwise":
-            return whole[np.cumsum([0, *sizes[:-1]])], sigma
-        return whole, sigma
+        return groups.to_whole(np.exp(log_delta), self.prior_precision), sigma
 
     def _tune_on_held_out(self, evidence, subset, X_val, y_val, w_val, y_model, w_fit=None):
         """Scalar δ (and σ) by held-out NLL over the grid (one-SE rule); (δ, σ tensor).
@@ -868,7 +814,7 @@ class BaseLaplace(BaseEstimator):
         check_is_fitted(self)
         prior = self.prior_precision_ if prior_precision is None else prior_precision
         positive_array("prior_precision", prior)
-        delta = self._subset_prior(self._subset, prior)
+        delta = subset_prior(prior, self._subset)
         # A per-parameter prior fills caches of the posterior: one thread at a time.
         with _EVIDENCE_LOCK, torch.no_grad():
             return float(self._evidence(delta, sigma))

@@ -380,3 +380,26 @@ def test_online_default_on_a_batchnorm_net_beyond_the_full_budget(monkeypatch):
     callback = next(cb for _, cb in est.net_.callbacks_ if hasattr(cb, "history_"))
     assert callback.hessian_structure == "diag"
     assert np.isfinite(est.predict(X)).all()
+
+
+@pytest.mark.parametrize("Estimator", [LaplaceRegressor, LaplaceClassifier])
+def test_layerwise_evidence_tuning_of_a_subnetwork_keeps_the_tuned_values(Estimator):
+    """A subnetwork that does not hold the first weight of a tensor: the layer-wise δ
+    the evidence chose for that tensor was dropped (``prior_precision_`` and the
+    posterior kept the initial δ = 1, without a word). The fitted δ must be a stationary
+    point of the evidence in every tensor the subnetwork touches."""
+    X, y = _linear_data(1.0)
+    if Estimator is LaplaceClassifier:
+        y = (y > 0).astype(int)
+    est = Estimator(hidden_layer_sizes=(8,), subset_of_weights="subnetwork", subnetwork=12,
+                    prior_structure="layerwise", hyperparameter_tuning="evidence",
+                    **FAST).fit(X, y)
+    touched = np.unique(est._subset.group_index)
+    assert not np.isin(0, est._subset.whole_index) or len(touched) > 1
+    base = est.log_evidence()
+    assert base == pytest.approx(est.log_evidence_)
+    for t in touched:
+        for factor in (0.8, 1.25):
+            prior = np.array(est.prior_precision_, dtype=float)
+            prior[t] *= factor
+            assert est.log_evidence(prior_precision=prior) <= base + 1e-6, (t, factor)

@@ -41,6 +41,7 @@ import torch
 
 from .evidence import Evidence
 from .posterior import DiagPosterior, EigenPosterior, KronPosterior
+from .prior import expand_prior, tensor_sizes
 
 STRUCTURES = ("full", "diag", "kron")
 
@@ -362,7 +363,7 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
     re-tunes δ (and σ) on the task's evidence p(D_t | D_<t).
     """
     from . import nets
-    from .._base import _tensor_sizes, check_seed, expand_prior
+    from .._base import check_seed
     from sklearn.base import clone
 
     estimator._check_params()
@@ -390,7 +391,7 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
         rng = check_seed("random_state", estimator.random_state)
         seed = int(rng.randint(0, 2**31 - 1, size=n_tasks + 3)[-1])
         prior = np.asarray(estimator.prior_precision_, dtype=float)
-        sizes = _tensor_sizes(estimator.net_.module_)
+        sizes = tensor_sizes(estimator.net_.module_)
         delta = float(prior) if prior.ndim == 0 else expand_prior(prior, sizes)
         scale = estimator._curvature_scale(torch.tensor(sigma_train, dtype=torch.float64))
         estimator._log(f"task {n_tasks + 1}: MAP training from the previous posterior's mean")

@@ -18,6 +18,7 @@ from skorch.callbacks import Callback
 from .curvature import compute_posterior
 from .evidence import LOG_PRIOR_BOUNDS, Evidence, maximize_evidence
 from . import likelihoods
+from .prior import PriorGroups
 from .nets import module_device
 from .subsets import AllWeights
 
@@ -124,14 +125,10 @@ class OnlineEvidence(Callback):
             "sigma_noise": sigma.numpy().copy() if likelihood.has_noise else None,
         })
 
-    def _maximize(self, evidence, log_delta, index, sigma0):
+    def _maximize(self, evidence, log_delta, groups, sigma0):
         """The evidence maximum at the current net (bounded L-BFGS-B); as :meth:`update`."""
-        scalar = self.prior_structure == "scalar"
         gaussian = evidence.gaussian
-
-        def expand(values):
-            return values[0] if scalar else values[index]
-
+        expand = groups.expand
         log_d, log_s = maximize_evidence(
             evidence, log_delta.numpy(), expand,
             np.log(sigma0.numpy()) if gaussian else None,
@@ -164,36 +161,26 @@ class OnlineEvidence(Callback):
         evidence = Evidence.at_fit(posterior, subset.theta, likelihood, f, y, weight,
                                    self.temperature, self.curvature)
 
-        if self.prior_structure == "scalar":
-            index = torch.zeros(subset.n_params, dtype=torch.long)
-        elif self.prior_structure == "layerwise":
-            index = torch.as_tensor(subset.group_index)
-        else:
-            index = torch.arange(subset.n_params)
-        start = prior_precision.to("cpu", torch.float64).expand(subset.n_params)
-        n_free = int(index.max()) + 1
-        counts = torch.bincount(index, minlength=n_free).to(torch.float64)
-        log_delta = torch.zeros(n_free, dtype=torch.float64).index_add_(0, index, start.log())
-        log_delta = (log_delta / counts).requires_grad_(True)
+        groups = PriorGroups(self.prior_structure, subset)
+        log_delta = groups.log_start(prior_precision).requires_grad_(True)
         params = [log_delta]
         sigma0 = sigma_noise.to("cpu", torch.float64)
         if sigma0.dim() > 0 and sigma0.numel() > 1:
             raise ValueError("hyperparameter_tuning='online' supports a scalar sigma_noise only.")
         if self.n_steps is None:
-            return self._maximize(evidence, log_delta.detach(), index, sigma0.reshape(()))
+            return self._maximize(evidence, log_delta.detach(), groups, sigma0.reshape(()))
         log_sigma = sigma0.reshape(()).log().clone().requires_grad_(gaussian)
         if gaussian:
             params.append(log_sigma)
         optimizer = torch.optim.Adam(params, lr=self.lr)
 
         def delta_of(v):
-            d = v.clamp(*LOG_PRIOR_BOUNDS).exp()
-            return d[0] if self.prior_structure == "scalar" else d[index]
+            return groups.expand(v.clamp(*LOG_PRIOR_BOUNDS).exp())
 
         def sigma_of(v):
             return v.exp().clamp_min(self.sigma_floor) if gaussian else None
 
-        grouped = None if self.prior_structure == "scalar" else index
+        grouped = None if self.prior_structure == "scalar" else groups.index
 
         for _ in range(self.n_steps):
             optimizer.zero_grad()
