@@ -153,9 +153,11 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     net_ : skorch NeuralNet
         The fitted network (the frozen one for ``FrozenEstimator``).
     classes_ : ndarray of shape (n_classes,)
+        The class labels seen in ``fit`` (or given to ``partial_fit``).
     prior_precision_ : float or ndarray
         Prior precision after tuning, in the form of ``prior_precision``.
     subset_of_weights_ : str
+        What ``subset_of_weights`` resolved to (``"auto"``: see above).
     hyperparameter_tuning_ : str or None
         What ``hyperparameter_tuning`` resolved to (``"auto"``: see above).
     validation_nll_ : float
@@ -180,12 +182,13 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     refine_n_iter_ : int
         ``refine`` only: L-BFGS and Newton-CG iterations, or natural-gradient steps.
     n_features_in_ : int
+        Number of features seen during ``fit``.
     feature_names_in_ : ndarray of str
-        Only with pandas input.
+        Names of the features seen during ``fit``; only with pandas input.
 
     See Also
     --------
-    LaplaceRegressor : the regression counterpart.
+    LaplaceRegressor : The regression counterpart.
 
     Examples
     --------
@@ -254,6 +257,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training data.
         y : array-like of shape (n_samples,)
             Class labels of any type.
         sample_weight : array-like of shape (n_samples,), default=None
@@ -267,6 +271,13 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Returns
         -------
         self : LaplaceClassifier
+            The fitted estimator.
+
+        Raises
+        ------
+        ValueError
+            If the parameters are invalid, ``y`` has fewer than two classes, or
+            the network does not match the classes.
         """
         X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32])
         sample_weight = check_fit_weight(sample_weight, X)
@@ -347,6 +358,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training data of this task.
         y : array-like of shape (n_samples,)
             Labels, all in ``classes``.
         classes : array-like of shape (n_classes,), default=None
@@ -359,6 +371,14 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Returns
         -------
         self : LaplaceClassifier
+            The updated estimator.
+
+        Raises
+        ------
+        ValueError
+            If ``classes`` is missing on the first call or disagrees with
+            ``classes_``, a label is not in ``classes``, or
+            ``class_weight="balanced"``.
         """
         if isinstance(self.class_weight, str) and self.class_weight == "balanced":
             raise ValueError(
@@ -391,6 +411,8 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Returns
         -------
         log_evidence : float
+            The Laplace approximation of log p(y | X) at that prior precision
+            (after ``partial_fit``: of the last task given the earlier ones).
         """
         return self._log_evidence(prior_precision, None)
 
@@ -400,6 +422,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Input samples.
 
         Returns
         -------
@@ -440,10 +463,12 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Input samples.
 
         Returns
         -------
         proba : ndarray of shape (n_samples, n_classes)
+            Predictive probability of each class; rows sum to 1.
         """
         check_is_fitted(self)
         if self.pred_type in ("glm", "gp"):
@@ -467,14 +492,36 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return -np.log(np.maximum(picked, np.finfo(float).tiny))
 
     def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`."""
+        """Logarithm of :meth:`predict_proba`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input samples.
+
+        Returns
+        -------
+        log_proba : ndarray of shape (n_samples, n_classes)
+            Log predictive probability of each class (``-inf`` where it is 0).
+        """
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
     def decision_function(self, X):
-        """Log-odds of the Laplace predictive.
+        """Compute the log-odds of the Laplace predictive.
 
         Binary: log p₁ − log p₀, shape (n_samples,); multi-class: ``predict_log_proba``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input samples.
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
+            Log-odds of ``classes_[1]`` for two classes, else the log
+            probabilities.
         """
         log_proba = self.predict_log_proba(X)
         if len(self.classes_) == 2:
@@ -482,17 +529,39 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return log_proba
 
     def predict(self, X):
-        """The class of largest Laplace predictive probability."""
+        """Predict the class of largest Laplace predictive probability.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input samples.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+            Predicted class labels, from ``classes_``.
+        """
         check_is_fitted(self)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def sample_functions(self, X, n_samples=1, random_state=None):
-        """Logit functions drawn from the posterior.
+        """Draw logit functions from the posterior.
 
         GLM: f(x, θ*) + J(x)(θ − θ*); ``pred_type="nn"``: f(x, θ).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features)
+            Input samples.
+        n_samples : int, default=1
+            Number of functions drawn.
+        random_state : int, RandomState instance or None, default=None
+            Seed of the draws, as in scikit-learn.
 
         Returns
         -------
         samples : ndarray of shape (n_samples, n_rows, n_outputs)
+            The logits of each drawn function at each row (one output for a
+            Bernoulli likelihood, else one per class).
         """
         return self._function_samples(X, n_samples, random_state).cpu().numpy()

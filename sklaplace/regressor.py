@@ -152,19 +152,26 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     Attributes
     ----------
     net_ : skorch NeuralNet
+        The fitted network (the frozen one for ``FrozenEstimator``).
     prior_precision_ : float or ndarray
+        Prior precision after tuning, in the form of ``prior_precision``.
     sigma_noise_ : float or ndarray
         Observation noise after tuning, in the units of y.
     subset_of_weights_ : str
+        What ``subset_of_weights`` resolved to (``"auto"``: see above).
     hyperparameter_tuning_ : str or None
         What ``hyperparameter_tuning`` resolved to (``"auto"``: see above).
     validation_nll_ : float
         ``"cv"`` only: mean held-out NLL at the chosen hyperparameters (model units).
     hessian_structure_ : str
+        What ``"auto"`` resolved to.
     n_params_ : int
+        Number of weights under the Laplace approximation.
     log_evidence_ : float
+        Laplace log marginal likelihood of the fit (in the units of y).
     evidence_history_ : list of dict
-        Online tuning only.
+        Online tuning only: epoch, log_evidence, prior_precision and
+        sigma_noise per update.
     n_tasks_ : int
         ``partial_fit`` only: the number of tasks (calls, a preceding ``fit``
         counting as one) the posterior has absorbed; ``log_evidence_`` is then
@@ -177,11 +184,13 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     refine_n_iter_ : int
         ``refine`` only: L-BFGS and Newton-CG iterations, or natural-gradient steps.
     n_features_in_ : int
+        Number of features seen during ``fit``.
     feature_names_in_ : ndarray of str
+        Names of the features seen during ``fit``; only with pandas input.
 
     See Also
     --------
-    LaplaceClassifier : the classification counterpart.
+    LaplaceClassifier : The classification counterpart.
 
     Examples
     --------
@@ -253,7 +262,9 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training data.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            Target values.
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative row weights w_i multiplying each row's log-likelihood
             everywhere: the MAP objective (Σ w_i·nll_i / T + δ/2·‖θ‖², i.e. N
@@ -268,6 +279,14 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Returns
         -------
         self : LaplaceRegressor
+            The fitted estimator.
+
+        Raises
+        ------
+        ValueError
+            If the parameters are invalid, ``sigma_noise`` does not match the
+            outputs of y or is too small for its spread, or the network does not
+            match the targets.
         """
         X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
                                 y_numeric=True)
@@ -331,13 +350,21 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training data of this task.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            Target values of this task, with the outputs of the first call.
         sample_weight : array-like of shape (n_samples,), default=None
             Row weights of this task (see ``fit``).
 
         Returns
         -------
         self : LaplaceRegressor
+            The updated estimator.
+
+        Raises
+        ------
+        ValueError
+            If ``y`` has another number of outputs than on the first call.
         """
         if continual.is_first_call(self):
             return continual.fit_first_task(self, self.fit, X, y, sample_weight)
@@ -423,6 +450,14 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Returns
         -------
         log_evidence : float
+            The Laplace approximation of log p(y | X) at those hyperparameters,
+            in the units of y (after ``partial_fit``: of the last task given the
+            earlier ones).
+
+        Raises
+        ------
+        ValueError
+            If ``sigma_noise`` does not have the form of ``sigma_noise_``.
         """
         check_is_fitted(self)
         sigma = self.sigma_noise_ if sigma_noise is None else sigma_noise
@@ -457,6 +492,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Input samples.
 
         Returns
         -------
@@ -473,11 +509,14 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Input samples.
         return_std : bool, default=False
+            Whether to return the predictive standard deviation too.
 
         Returns
         -------
         mean : ndarray of shape (n_samples,) or (n_samples, n_targets)
+            Predictive mean, in the units of y.
         std : ndarray of the same shape
             Only with ``return_std=True``.
         """
@@ -486,11 +525,23 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         return (mean, np.sqrt(var + noise)) if return_std else mean
 
     def sample_functions(self, X, n_samples=1, random_state=None):
-        """Functions drawn from the posterior, in the units of y (no noise added).
+        """Draw functions from the posterior, in the units of y (no noise added).
+
+        GLM: f(x, θ*) + J(x)(θ − θ*); ``pred_type="nn"``: f(x, θ).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features)
+            Input samples.
+        n_samples : int, default=1
+            Number of functions drawn.
+        random_state : int, RandomState instance or None, default=None
+            Seed of the draws, as in scikit-learn.
 
         Returns
         -------
         samples : ndarray of shape (n_samples, n_rows, n_outputs)
+            The value of each drawn function at each row and output.
         """
         f = self._function_samples(X, n_samples, random_state).cpu().numpy()
         return f * self._y_std + self._y_mean
