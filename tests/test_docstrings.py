@@ -7,11 +7,14 @@ property of those classes (inherited ones included: ``score``, ``get_params``, t
 except those in ``UNCHECKED_CODES``, each with its reason. The two estimators write out
 the parameters they share (as scikit-learn does); ``assert_docstring_consistency`` keeps
 their descriptions equal, except for ``DIFFERING_*``, whose text is estimator specific.
+The docstrings of what sklaplace defines must be string literals in the source.
 """
 
+import ast
 import functools
 import importlib
 import inspect
+import textwrap
 
 import numpydoc.validate as numpydoc_validate
 import pytest
@@ -121,6 +124,33 @@ def test_the_public_surface_is_covered():
 def test_numpydoc_validation(path):
     errors = _errors(path)
     assert not errors, f"{path}:\n" + "\n".join(errors)
+
+
+def _own_definition(path):
+    """The function or class that ``path`` names when sklaplace defines it, else None."""
+    parts = path.split(".")
+    obj = importlib.import_module(parts[0])
+    for part in parts[1:]:
+        obj = inspect.getattr_static(obj, part) if inspect.isclass(obj) else getattr(obj, part)
+    if isinstance(obj, (classmethod, staticmethod)):
+        obj = obj.__func__
+    if isinstance(obj, property):
+        obj = obj.fget
+    obj = inspect.unwrap(getattr(obj, "fn", obj))  # available_if keeps the method in .fn
+    if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+        return None
+    return obj if obj.__module__.startswith("sklaplace") else None
+
+
+@pytest.mark.parametrize("path", PUBLIC_OBJECTS)
+def test_docstrings_are_literal(path):
+    """The docstring is the string literal of the definition (what numpydoc's static
+    tools and IDEs read), not one assembled at import time."""
+    obj = _own_definition(path)
+    if obj is None:
+        pytest.skip("defined outside sklaplace")
+    node = ast.parse(textwrap.dedent(inspect.getsource(obj))).body[0]
+    assert ast.get_docstring(node) == inspect.getdoc(obj), f"{path}: no literal docstring"
 
 
 def _broken(X, y=None):
