@@ -12,8 +12,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._laplace import continual
-from ._base import (ONLINE_DOC, PARAMS_DOC, PARAMETER_CONSTRAINTS, BaseLaplace,
-                    check_fit_weight, validate_numeric)
+from ._base import PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight, validate_numeric
 from .distributions import (LogitGaussianPrediction, binary_probit_proba, centered_logit_var,
                             probit_proba)
 
@@ -22,8 +21,7 @@ LINKS = ("probit", "bridge", "mc")
 
 
 class LaplaceClassifier(ClassifierMixin, BaseLaplace):
-    __doc__ = (
-        """Neural network classifier with a Laplace approximation posterior.
+    """Neural network classifier with a Laplace approximation posterior.
 
     Trains a skorch net to the MAP (the prior as weight decay), fits a Gaussian
     posterior around it from the curvature and predicts with the linearized
@@ -31,27 +29,135 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     (Bernoulli likelihood), multi-class problems one logit per class.
 
     Parameters
-    ----------"""
-        + PARAMS_DOC
-        + """
+    ----------
+    net : skorch NeuralNet, FrozenEstimator or None, default=None
+        The network. ``None`` builds a tanh MLP sized from the data
+        (``hidden_layer_sizes``, trained with Adam). A skorch net (criterion
+        ``CrossEntropyLoss`` or ``BCEWithLogitsLoss``) is copied and trained to
+        the MAP inside ``fit`` (``self.net`` is never mutated);
+        ``FrozenEstimator(trained_net)`` keeps its weights and fits only the LA.
+    hidden_layer_sizes : tuple of int, default=(50,)
+        Hidden widths of the default MLP (``net=None`` only).
+    max_epochs : int, default=200
+        Training epochs of the default MLP.
+    lr : float, default=1e-2
+        Adam learning rate of the default MLP.
+    batch_size : int, default=128
+        Mini-batch size of the default MLP.
+    prior_precision : float or array-like, default=1.0
+        Precision δ of the prior N(0, δ⁻¹I): a float, one value per parameter
+        tensor (weight and bias of each layer) or one per parameter. It is the
+        prior of MAP training and the start of evidence tuning.
+    prior_structure : {"scalar", "layerwise", "diag"}, default="scalar"
+        Granularity of the prior precision that evidence tuning uses.
+    hyperparameter_tuning : {"auto", "evidence", "online", "cv"} or None, default="auto"
+        How δ is chosen; the result is in ``hyperparameter_tuning_``.
+        ``"auto"``: ``"cv"`` (``"evidence"`` with a non-scalar
+        ``prior_structure``, a ``FrozenEstimator`` net, or when fewer than 10
+        rows would be held out; the choice and its scoreboard are in the README).
+        ``"evidence"``: maximise the Laplace log evidence after training,
+        bounded to log10 δ ∈ [−4, 4] (warns at a bound). ``"online"``: Immer et
+        al. (2021) Alg. 1 during training (all weights). ``None``: keep the
+        given values (use this in GridSearchCV over ``prior_precision``).
+        ``"cv"``: fit the network and the LA on ``1 − validation_fraction`` of
+        the rows, choose the scalar δ by the NLL of the predictive on
+        the held-out rest (Laplace Redux's "CV" method; log10 δ ∈ [−4, 4] in
+        quarter decades; the largest δ within one paired standard error of the
+        smallest NLL), then refit net and LA on all rows with them (as
+        scikit-learn's ``*CV`` estimators with ``refit=True``).
+    validation_fraction : float, default=0.2
+        Share of the rows held out by ``hyperparameter_tuning="cv"``
+        (stratified for classification), as in scikit-learn's MLP.
+    subset_of_weights : {"auto", "all", "last_layer", "subnetwork"}, default="auto"
+        The weights under the LA. ``"auto"`` (with ``hessian_structure="auto"``):
+        all weights with the full structure when its curvature and
+        eigendecomposition are estimated within 2 s (N·C·P² + 10·P³ flops, or
+        the kernel's when N·C < P, at 2·10¹⁰ flop/s), else all weights
+        Kronecker-factored for nets of ``nn.Linear`` layers, else the last
+        layer (full up to 2,000 weights, else kron). With an explicit
+        ``hessian_structure="full"``: all weights up to 5,000 parameters.
+    hessian_structure : {"auto", "full", "diag", "kron", "lowrank"}, default="auto"
+        Structure of the curvature and the posterior.
+    subnetwork : int, list of str or None, default=None
+        With ``subset_of_weights="subnetwork"``: the number S of weights of
+        largest marginal variance under a diagonal LA, or parameter names.
+    lowrank_rank : int or None, default=None
+        Rank k of ``"lowrank"``; ``None`` uses min(P, 100).
+    curvature : {"ggn", "ef"}, default="ggn"
+        Generalized Gauss-Newton or empirical Fisher.
+    pred_type : {"glm", "nn", "gp"}, default="glm"
+        Linearized (GLM) predictive; sampling weights and running the net; or
+        ``"gp"``, the functional Laplace of the GLM paper (§3.5): a GP with
+        kernel J(x) δ⁻¹ J(x')ᵀ on ``gp_subset_size`` training rows (each
+        standing for N/M rows), whose predictive uses the full curvature of
+        those rows whatever ``hessian_structure`` is (that one still gives the
+        evidence and the tuning). With all rows it equals the full GLM
+        predictive.
+    gp_subset_size : int or None, default=None
+        M, the training rows of ``pred_type="gp"`` (a random subset drawn from
+        ``random_state``); None: all rows.
+    link_approx : {"probit", "bridge", "mc"}, default="probit"
+        Approximation of the expected softmax (sigmoid) under the Gaussian over
+        logits: (extended) probit, Laplace-bridge Dirichlet mean, or Monte Carlo.
+    n_samples : int, default=100
+        Samples of the ``"mc"`` link and of ``pred_type="nn"``.
+    temperature : float, default=1.0
+        The log-likelihood is divided by T in the MAP objective, the curvature
+        and the evidence.
+    refine : {"laplace", "vi"} or None, default=None
+        GLM posterior refinement (Immer et al. 2021, §3.2): inference in the
+        linearized model f(x; θ*) + J(x)(θ − θ*), whose log joint is convex, on
+        the training Jacobians computed once and cached (refused above
+        ``sklaplace._laplace.refine.JACOBIAN_BUDGET`` bytes of N·C·P floats).
+        ``"laplace"``: the GLM's mode by L-BFGS and the Laplace approximation
+        there (its exact Hessian); ``"vi"``: Gaussian variational inference in
+        the GLM by natural-gradient steps from the Laplace-GGN posterior. Full or
+        diagonal (``hessian_structure``), GGN curvature, ``pred_type`` "glm" or
+        "nn"; it runs after δ (and σ) are chosen, and the predictive mean moves
+        to the refined one. ``None``: the Laplace-GGN posterior at θ*.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes as in ``LogisticRegression``: each row's weight
         (multiplied into ``sample_weight``) is ``class_weight[y_i]``;
         ``"balanced"`` uses ``n_samples / (n_classes * np.bincount(y))``.
-    link_approx : {"probit", "bridge", "mc"}, default="probit"
-        Approximation of the expected softmax (sigmoid) under the Gaussian over
-        logits: (extended) probit, Laplace-bridge Dirichlet mean, or Monte Carlo."""
-        + ONLINE_DOC
-        + """
+    online_frequency : int, default=5
+        Online tuning: epochs F between hyperparameter updates.
+    online_burn_in : int, default=0
+        Online tuning: epochs before the first update.
+    online_steps : int or None, default=None
+        Online tuning: None maximizes the evidence at every update (bounded
+        L-BFGS-B over log δ and log σ, as post-hoc tuning: same optimum,
+        about half the time of 100 steps); an int K takes K Adam steps on the
+        log hyperparameters (Immer et al. 2021, Alg. 1).
+    online_lr : float, default=0.1
+        Online tuning: Adam learning rate of the K steps.
+    device : str or torch.device, default="cpu"
+        Where the default MLP (``net=None``) trains, as skorch's ``device``
+        ("cpu", "cuda", "cuda:1"). A skorch net keeps its own ``device`` (set it
+        there); a ``FrozenEstimator``'s net stays where its parameters are. The
+        Laplace approximation (curvature, decompositions, evidence tuning, the
+        predictive) runs on the device of the trained net's parameters, in
+        float64, and only the final arrays come back to the CPU as numpy.
+    memory : None, str or joblib.Memory, default=None
+        Caches the trained MAP network, keyed on the net, the training prior,
+        the data and ``random_state``: refits that change only Laplace
+        parameters skip training.
+    random_state : int, RandomState or None, default=None
+        Seeds initialization, batches and the prediction seed of MC draws.
+    verbose : int, default=0
+        0: silent. 1: the MAP epochs of the default MLP (skorch's table) and the
+        stages of the Laplace approximation (weights, structure, estimated and
+        actual time of the curvature, tuned prior).
 
     Attributes
     ----------
     net_ : skorch NeuralNet
         The fitted network (the frozen one for ``FrozenEstimator``).
     classes_ : ndarray of shape (n_classes,)
+        The class labels seen in ``fit`` (or given to ``partial_fit``).
     prior_precision_ : float or ndarray
         Prior precision after tuning, in the form of ``prior_precision``.
     subset_of_weights_ : str
+        What ``subset_of_weights`` resolved to (``"auto"``: see above).
     hyperparameter_tuning_ : str or None
         What ``hyperparameter_tuning`` resolved to (``"auto"``: see above).
     validation_nll_ : float
@@ -76,12 +182,13 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     refine_n_iter_ : int
         ``refine`` only: L-BFGS and Newton-CG iterations, or natural-gradient steps.
     n_features_in_ : int
+        Number of features seen during ``fit``.
     feature_names_in_ : ndarray of str
-        Only with pandas input.
+        Names of the features seen during ``fit``; only with pandas input.
 
     See Also
     --------
-    LaplaceRegressor : the regression counterpart.
+    LaplaceRegressor : The regression counterpart.
 
     Examples
     --------
@@ -94,7 +201,6 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     >>> clf.fit(X, y).predict_proba(X[:2]).shape
     (2, 2)
     """
-    )
 
     _likelihood_kinds = ("categorical", "bernoulli")
     _parameter_constraints = {
@@ -151,6 +257,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training data.
         y : array-like of shape (n_samples,)
             Class labels of any type.
         sample_weight : array-like of shape (n_samples,), default=None
@@ -164,6 +271,13 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Returns
         -------
         self : LaplaceClassifier
+            The fitted estimator.
+
+        Raises
+        ------
+        ValueError
+            If the parameters are invalid, ``y`` has fewer than two classes, or
+            the network does not match the classes.
         """
         X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32])
         sample_weight = check_fit_weight(sample_weight, X)
@@ -244,6 +358,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training data of this task.
         y : array-like of shape (n_samples,)
             Labels, all in ``classes``.
         classes : array-like of shape (n_classes,), default=None
@@ -256,6 +371,14 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Returns
         -------
         self : LaplaceClassifier
+            The updated estimator.
+
+        Raises
+        ------
+        ValueError
+            If ``classes`` is missing on the first call or disagrees with
+            ``classes_``, a label is not in ``classes``, or
+            ``class_weight="balanced"``.
         """
         if isinstance(self.class_weight, str) and self.class_weight == "balanced":
             raise ValueError(
@@ -288,6 +411,8 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Returns
         -------
         log_evidence : float
+            The Laplace approximation of log p(y | X) at that prior precision
+            (after ``partial_fit``: of the last task given the earlier ones).
         """
         return self._log_evidence(prior_precision, None)
 
@@ -297,6 +422,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Input samples.
 
         Returns
         -------
@@ -337,10 +463,12 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Input samples.
 
         Returns
         -------
         proba : ndarray of shape (n_samples, n_classes)
+            Predictive probability of each class; rows sum to 1.
         """
         check_is_fitted(self)
         if self.pred_type in ("glm", "gp"):
@@ -364,14 +492,36 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return -np.log(np.maximum(picked, np.finfo(float).tiny))
 
     def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`."""
+        """Logarithm of :meth:`predict_proba`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input samples.
+
+        Returns
+        -------
+        log_proba : ndarray of shape (n_samples, n_classes)
+            Log predictive probability of each class (``-inf`` where it is 0).
+        """
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
     def decision_function(self, X):
-        """Log-odds of the Laplace predictive.
+        """Compute the log-odds of the Laplace predictive.
 
         Binary: log p₁ − log p₀, shape (n_samples,); multi-class: ``predict_log_proba``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input samples.
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
+            Log-odds of ``classes_[1]`` for two classes, else the log
+            probabilities.
         """
         log_proba = self.predict_log_proba(X)
         if len(self.classes_) == 2:
@@ -379,17 +529,39 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return log_proba
 
     def predict(self, X):
-        """The class of largest Laplace predictive probability."""
+        """Predict the class of largest Laplace predictive probability.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input samples.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+            Predicted class labels, from ``classes_``.
+        """
         check_is_fitted(self)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def sample_functions(self, X, n_samples=1, random_state=None):
-        """Logit functions drawn from the posterior.
+        """Draw logit functions from the posterior.
 
         GLM: f(x, θ*) + J(x)(θ − θ*); ``pred_type="nn"``: f(x, θ).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features)
+            Input samples.
+        n_samples : int, default=1
+            Number of functions drawn.
+        random_state : int, RandomState instance or None, default=None
+            Seed of the draws, as in scikit-learn.
 
         Returns
         -------
         samples : ndarray of shape (n_samples, n_rows, n_outputs)
+            The logits of each drawn function at each row (one output for a
+            Bernoulli likelihood, else one per class).
         """
         return self._function_samples(X, n_samples, random_state).cpu().numpy()

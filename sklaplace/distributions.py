@@ -101,10 +101,12 @@ def centered_logit_var(logit_cov):
     Parameters
     ----------
     logit_cov : array-like of shape (n_samples, n_classes, n_classes)
+        Covariances of the logits.
 
     Returns
     -------
     var : ndarray of shape (n_samples, n_classes)
+        Variances of the centred logits, clipped at 0.
     """
     cov = np.asarray(logit_cov, dtype=np.float64)
     n_classes = cov.shape[-1]
@@ -246,21 +248,60 @@ class NormalPrediction:
         Returns
         -------
         lower, upper : ndarray of the same shape as ``mean``
+            Bounds of the interval.
+
+        Raises
+        ------
+        ValueError
+            If ``confidence`` is not in (0, 1).
         """
         confidence = _check_confidence(confidence)
         half = stats.norm.ppf(0.5 + confidence / 2.0) * self.std
         return self.mean - half, self.mean + half
 
     def logpdf(self, y):
-        """Log density of ``y`` (broadcast against ``mean``)."""
+        """Log density of ``y`` (broadcast against ``mean``).
+
+        Parameters
+        ----------
+        y : array-like
+            Target values, broadcastable against ``mean``.
+
+        Returns
+        -------
+        logpdf : ndarray
+            Log predictive density of each value.
+        """
         return stats.norm.logpdf(y, loc=self.mean, scale=self.std)
 
     def cdf(self, y):
-        """Cumulative distribution function at ``y`` (broadcast against ``mean``)."""
+        """Cumulative distribution function at ``y`` (broadcast against ``mean``).
+
+        Parameters
+        ----------
+        y : array-like
+            Target values, broadcastable against ``mean``.
+
+        Returns
+        -------
+        cdf : ndarray
+            Predictive probability of a value at most ``y``.
+        """
         return stats.norm.cdf(y, loc=self.mean, scale=self.std)
 
     def ppf(self, q):
-        """Quantile function at ``q`` (scalar or broadcastable against ``mean``)."""
+        """Quantile function at ``q`` (scalar or broadcastable against ``mean``).
+
+        Parameters
+        ----------
+        q : float or array-like
+            Probabilities in [0, 1], broadcastable against ``mean``.
+
+        Returns
+        -------
+        ppf : ndarray
+            Predictive quantiles.
+        """
         return stats.norm.ppf(q, loc=self.mean, scale=self.std)
 
     def sample(self, n_samples=1, random_state=None):
@@ -276,6 +317,12 @@ class NormalPrediction:
         Returns
         -------
         samples : ndarray of shape (n_samples, *mean.shape)
+            Draws of the target, noise included.
+
+        Raises
+        ------
+        ValueError
+            If ``n_samples`` is not a positive integer.
         """
         n_samples = _check_n_samples(n_samples)
         rng = check_random_state(random_state)
@@ -283,7 +330,13 @@ class NormalPrediction:
         return self.mean + self.std * noise
 
     def to_scipy(self):
-        """Return the frozen ``scipy.stats.norm(loc=mean, scale=std)``."""
+        """Return the frozen ``scipy.stats.norm(loc=mean, scale=std)``.
+
+        Returns
+        -------
+        dist : scipy.stats.rv_continuous frozen distribution
+            The same predictive as a scipy object.
+        """
         return stats.norm(loc=self.mean, scale=self.std)
 
 
@@ -323,12 +376,29 @@ class DirichletPrediction:
         return self.alpha * (a0 - self.alpha) / (a0**2 * (a0 + 1.0))
 
     def marginal(self, k):
-        """Marginal of class ``k``: frozen ``scipy.stats.beta(alpha_k, alpha_0 - alpha_k)``."""
+        """Marginal of class ``k``: frozen ``scipy.stats.beta(alpha_k, alpha_0 - alpha_k)``.
+
+        Parameters
+        ----------
+        k : int
+            Column index of the class.
+
+        Returns
+        -------
+        beta : scipy.stats.rv_continuous frozen distribution
+            The Beta marginal of the probability of class ``k``, one per row.
+        """
         a_k = self.alpha[:, k]
         return stats.beta(a_k, self.precision - a_k)
 
     def entropy(self):
-        """Differential entropy of the Dirichlet of each row; shape (n_samples,)."""
+        """Differential entropy of the Dirichlet of each row; shape (n_samples,).
+
+        Returns
+        -------
+        entropy : ndarray of shape (n_samples,)
+            Differential entropy in nats.
+        """
         alpha, a0 = self.alpha, self.precision
         n_classes = alpha.shape[1]
         log_beta = gammaln(alpha).sum(axis=1) - gammaln(a0)
@@ -356,6 +426,11 @@ class DirichletPrediction:
         -------
         samples : ndarray of shape (n_samples, n_rows, n_classes)
             Rows sum to one.
+
+        Raises
+        ------
+        ValueError
+            If ``n_samples`` is not a positive integer.
         """
         n_samples = _check_n_samples(n_samples)
         rng = check_random_state(random_state)
@@ -380,6 +455,11 @@ class DirichletPrediction:
         -------
         mask : ndarray of bool, shape (n_samples, n_classes)
             Set membership in the original column order.
+
+        Raises
+        ------
+        ValueError
+            If ``confidence`` is not in (0, 1).
         """
         tail = (1.0 - _check_confidence(confidence)) / 2.0
         n_rows, n_classes = self.alpha.shape
@@ -477,7 +557,13 @@ class LogitGaussianPrediction:
         return softmax(_sample_logits(self.logit_mean, self._cov_sqrt, self._z()), axis=-1)
 
     def proba(self):
-        """Predictive class probabilities under ``link``; shape (n, C), rows sum to one."""
+        """Predictive class probabilities under ``link``; shape (n, C), rows sum to one.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            Predictive probability of each class.
+        """
         if self.link == "probit":
             if self.single_logit:
                 cov = self.logit_cov
@@ -494,7 +580,13 @@ class LogitGaussianPrediction:
         return softmax(self.logit_samples, axis=-1).mean(axis=0)
 
     def entropy(self):
-        """Entropy in nats of :meth:`proba` (total predictive uncertainty); shape (n,)."""
+        """Entropy in nats of :meth:`proba` (total predictive uncertainty); shape (n,).
+
+        Returns
+        -------
+        entropy : ndarray of shape (n_samples,)
+            Entropy of the predictive class probabilities.
+        """
         return _entropy(self.proba())
 
     def mutual_information(self):
@@ -502,6 +594,11 @@ class LogitGaussianPrediction:
 
         The expected entropy uses ``logit_samples`` when given, else ``n_samples``
         Monte Carlo draws from ``seed`` shared by all rows.
+
+        Returns
+        -------
+        mutual_information : ndarray of shape (n_samples,)
+            Mutual information in nats between the label and the logits.
         """
         expected_entropy = _entropy(self._sample_proba()).mean(axis=1)
         return np.clip(self.entropy() - expected_entropy, 0.0, None)
@@ -519,6 +616,12 @@ class LogitGaussianPrediction:
         Returns
         -------
         samples : ndarray of shape (n_samples, n, C)
+            Draws of the logits of each row.
+
+        Raises
+        ------
+        ValueError
+            If ``n_samples`` is not a positive integer.
         """
         n_samples = _check_n_samples(n_samples)
         rng = check_random_state(random_state)
@@ -526,5 +629,11 @@ class LogitGaussianPrediction:
         return self.logit_mean + np.einsum("nij,snj->sni", self._cov_sqrt, z)
 
     def dirichlet(self):
-        """Laplace-bridge Dirichlet of the logit Gaussian (uses the marginal variances)."""
+        """Laplace-bridge Dirichlet of the logit Gaussian (uses the marginal variances).
+
+        Returns
+        -------
+        dist : DirichletPrediction
+            Dirichlet with ``alpha = bridge_alpha(logit_mean, logit_var)``.
+        """
         return DirichletPrediction(bridge_alpha(self.logit_mean, self.logit_var))

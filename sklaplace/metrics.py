@@ -208,7 +208,8 @@ def reliability_curve(y_true, y_prob, *, n_bins=10, strategy="uniform"):
 
     See Also
     --------
-    expected_calibration_error, sklaplace.plotting.ReliabilityDisplay
+    expected_calibration_error : The count-weighted gap between these two curves.
+    sklaplace.plotting.ReliabilityDisplay : Plot of this curve.
     """
     conf_sum, acc_sum, counts = _binned_top_label(y_true, y_prob, n_bins, strategy)
     nonempty = counts > 0
@@ -531,6 +532,7 @@ def evidence_scorer(estimator, X=None, y=None):
     Parameters
     ----------
     estimator : fitted Laplace estimator or Pipeline ending in one
+        The fitted estimator whose ``log_evidence_`` is returned.
     X, y : ignored
         Present for the scorer signature ``scorer(estimator, X, y)``.
 
@@ -538,6 +540,11 @@ def evidence_scorer(estimator, X=None, y=None):
     -------
     log_evidence : float
         Higher is better.
+
+    Raises
+    ------
+    ValueError
+        If the estimator (the last step of a Pipeline) has no ``log_evidence_``.
     """
     est = _last_step(estimator)
     if not hasattr(est, "log_evidence_"):

@@ -61,6 +61,12 @@ def ood_scores(estimator, X, *, kind="max_proba"):
     -------
     scores : ndarray of shape (n_samples,)
         Use with :func:`ood_detection_metrics`, in-distribution labelled 0 and OOD 1.
+
+    Raises
+    ------
+    ValueError
+        If ``kind`` is unknown or the estimator cannot give it (e.g. ``"std"``
+        of a classifier, ``"mutual_information"`` without ``predict_dist``).
     """
     if kind not in OOD_SCORE_KINDS:
         raise ValueError(f"kind must be one of {OOD_SCORE_KINDS}; got {kind!r}.")
@@ -131,6 +137,12 @@ def ood_detection_metrics(y_ood, scores):
         - ``"fpr_at_95_tpr"``: the false-positive rate at the first threshold (scanning
           from high to low scores) where the true-positive rate reaches 0.95, from
           :func:`sklearn.metrics.roc_curve` with all thresholds kept. Lower is better.
+
+    Raises
+    ------
+    ValueError
+        If ``y_ood`` and ``scores`` are not 1-D of equal length, ``y_ood`` does not
+        hold both 0 and 1 (and nothing else), or a score is not finite.
     """
     y_ood = np.asarray(y_ood)
     scores = np.asarray(scores, dtype=float)

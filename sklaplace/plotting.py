@@ -87,7 +87,8 @@ class ReliabilityDisplay:
 
     See Also
     --------
-    sklaplace.metrics.reliability_curve, sklaplace.metrics.expected_calibration_error
+    sklaplace.metrics.reliability_curve : The binned confidence and accuracy plotted here.
+    sklaplace.metrics.expected_calibration_error : The calibration error of the same bins.
     """
 
     def __init__(self, confidence, accuracy, counts, *, estimator_name=None):
@@ -113,6 +114,7 @@ class ReliabilityDisplay:
         Returns
         -------
         display : ReliabilityDisplay
+            The display, with the plot drawn (``ax_``, ``figure_``).
         """
         return _plot_curve(self, self.confidence, self.accuracy, ax=ax, name=name,
                            ref_line=ref_line, marker="s", kwargs=kwargs,
@@ -155,6 +157,7 @@ class ReliabilityDisplay:
         Returns
         -------
         display : ReliabilityDisplay
+            The display, with the plot drawn (``ax_``, ``figure_``).
         """
         _pyplot(f"{cls.__name__}.from_predictions")
         confidence, accuracy, counts = reliability_curve(
@@ -203,6 +206,7 @@ class ReliabilityDisplay:
         Returns
         -------
         display : ReliabilityDisplay
+            The display, with the plot drawn (``ax_``, ``figure_``).
         """
         _pyplot(f"{cls.__name__}.from_estimator")
         final = _last_step(estimator)
@@ -254,8 +258,8 @@ class RegressionCalibrationDisplay:
 
     See Also
     --------
-    sklaplace.metrics.regression_calibration_curve,
-    sklaplace.metrics.regression_calibration_error
+    sklaplace.metrics.regression_calibration_curve : The curve plotted here.
+    sklaplace.metrics.regression_calibration_error : The calibration error of that curve.
     """
 
     def __init__(self, expected, observed, *, estimator_name=None):
@@ -280,6 +284,7 @@ class RegressionCalibrationDisplay:
         Returns
         -------
         display : RegressionCalibrationDisplay
+            The display, with the plot drawn (``ax_``, ``figure_``).
         """
         return _plot_curve(self, self.expected, self.observed, ax=ax, name=name,
                            ref_line=ref_line, marker="o", kwargs=kwargs,
@@ -314,6 +319,7 @@ class RegressionCalibrationDisplay:
         Returns
         -------
         display : RegressionCalibrationDisplay
+            The display, with the plot drawn (``ax_``, ``figure_``).
         """
         _pyplot(f"{cls.__name__}.from_predictions")
         expected, observed = regression_calibration_curve(
@@ -350,6 +356,7 @@ class RegressionCalibrationDisplay:
         Returns
         -------
         display : RegressionCalibrationDisplay
+            The display, with the plot drawn (``ax_``, ``figure_``).
         """
         _pyplot(f"{cls.__name__}.from_estimator")
         final, Xt = _final_step(estimator, X)
@@ -399,7 +406,8 @@ class OODHistogramDisplay:
 
     See Also
     --------
-    sklaplace.metrics.ood_scores, sklaplace.metrics.ood_detection_metrics
+    sklaplace.metrics.ood_scores : The scores plotted here.
+    sklaplace.metrics.ood_detection_metrics : AUROC, AUPR and FPR at 95 % TPR of the scores.
     """
 
     def __init__(self, scores_in, scores_out, *, kind=None, estimator_name=None):
@@ -438,6 +446,7 @@ class OODHistogramDisplay:
         Returns
         -------
         display : OODHistogramDisplay
+            The display, with the plot drawn (``ax_``, ``figure_``).
         """
         self.ax_, self.figure_ = _axes(ax, f"{type(self).__name__}.plot")
         scores_in = np.asarray(self.scores_in, dtype=float).ravel()
@@ -479,6 +488,7 @@ class OODHistogramDisplay:
         Returns
         -------
         display : OODHistogramDisplay
+            The display, with the plot drawn (``ax_``, ``figure_``).
         """
         _pyplot(f"{cls.__name__}.from_scores")
         disp = cls(
@@ -498,6 +508,7 @@ class OODHistogramDisplay:
         Parameters
         ----------
         estimator : fitted Laplace estimator or Pipeline ending in one
+            Gives the scores through :func:`~sklaplace.metrics.ood_scores`.
         X_in : array-like of shape (n_in, n_features)
             In-distribution inputs.
         X_out : array-like of shape (n_out, n_features)
@@ -514,6 +525,7 @@ class OODHistogramDisplay:
         Returns
         -------
         display : OODHistogramDisplay
+            The display, with the plot drawn (``ax_``, ``figure_``).
         """
         _pyplot(f"{cls.__name__}.from_estimator")
         scores_in = ood_scores(estimator, X_in, kind=kind)

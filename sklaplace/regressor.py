@@ -8,24 +8,103 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._laplace import continual
-from ._base import (ONLINE_DOC, PARAMS_DOC, PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
-                    positive_array,
+from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight, positive_array,
                     validate_numeric, weighted_spread)
 from .distributions import NormalPrediction
 
 
 class LaplaceRegressor(RegressorMixin, BaseLaplace):
-    __doc__ = (
-        """Neural network regressor with a Laplace approximation posterior.
+    """Neural network regressor with a Laplace approximation posterior.
 
     Trains a skorch net to the MAP of a Gaussian likelihood (the prior as
     weight decay), fits a Gaussian posterior around it and predicts with the
     closed-form linearized (GLM) predictive N(f(x), J Σ Jᵀ + σ²).
 
     Parameters
-    ----------"""
-        + PARAMS_DOC
-        + """
+    ----------
+    net : skorch NeuralNet, FrozenEstimator or None, default=None
+        The network. ``None`` builds a tanh MLP sized from the data
+        (``hidden_layer_sizes``, trained with Adam). A skorch net (criterion
+        ``MSELoss``) is copied and trained to the MAP inside ``fit``
+        (``self.net`` is never mutated);
+        ``FrozenEstimator(trained_net)`` keeps its weights and fits only the LA.
+    hidden_layer_sizes : tuple of int, default=(50,)
+        Hidden widths of the default MLP (``net=None`` only).
+    max_epochs : int, default=200
+        Training epochs of the default MLP.
+    lr : float, default=1e-2
+        Adam learning rate of the default MLP.
+    batch_size : int, default=128
+        Mini-batch size of the default MLP.
+    prior_precision : float or array-like, default=1.0
+        Precision δ of the prior N(0, δ⁻¹I): a float, one value per parameter
+        tensor (weight and bias of each layer) or one per parameter. It is the
+        prior of MAP training and the start of evidence tuning.
+    prior_structure : {"scalar", "layerwise", "diag"}, default="scalar"
+        Granularity of the prior precision that evidence tuning uses.
+    hyperparameter_tuning : {"auto", "evidence", "online", "cv"} or None, default="auto"
+        How δ and σ are chosen; the result is in ``hyperparameter_tuning_``.
+        ``"auto"``: ``"online"`` when it trains the net over all weights for at
+        least ``online_burn_in + online_frequency`` epochs with a scalar
+        ``sigma_noise``, else ``"evidence"`` (the choice and its scoreboard are
+        in the README).
+        ``"evidence"``: maximise the Laplace log evidence after training,
+        bounded to log10 δ ∈ [−4, 4] (warns at a bound). ``"online"``: Immer et
+        al. (2021) Alg. 1 during training (all weights). ``None``: keep the
+        given values (use this in GridSearchCV over ``prior_precision``).
+        ``"cv"``: fit the network and the LA on ``1 − validation_fraction`` of
+        the rows, choose the scalar δ and σ by the NLL of the predictive on
+        the held-out rest (Laplace Redux's "CV" method; log10 δ ∈ [−4, 4] in
+        quarter decades; the largest δ within one paired standard error of the
+        smallest NLL), then refit net and LA on all rows with them (as
+        scikit-learn's ``*CV`` estimators with ``refit=True``).
+    validation_fraction : float, default=0.2
+        Share of the rows held out by ``hyperparameter_tuning="cv"``
+        (stratified for classification), as in scikit-learn's MLP.
+    subset_of_weights : {"auto", "all", "last_layer", "subnetwork"}, default="auto"
+        The weights under the LA. ``"auto"`` (with ``hessian_structure="auto"``):
+        all weights with the full structure when its curvature and
+        eigendecomposition are estimated within 2 s (N·C·P² + 10·P³ flops, or
+        the kernel's when N·C < P, at 2·10¹⁰ flop/s), else all weights
+        Kronecker-factored for nets of ``nn.Linear`` layers, else the last
+        layer (full up to 2,000 weights, else kron). With an explicit
+        ``hessian_structure="full"``: all weights up to 5,000 parameters.
+    hessian_structure : {"auto", "full", "diag", "kron", "lowrank"}, default="auto"
+        Structure of the curvature and the posterior.
+    subnetwork : int, list of str or None, default=None
+        With ``subset_of_weights="subnetwork"``: the number S of weights of
+        largest marginal variance under a diagonal LA, or parameter names.
+    lowrank_rank : int or None, default=None
+        Rank k of ``"lowrank"``; ``None`` uses min(P, 100).
+    curvature : {"ggn", "ef"}, default="ggn"
+        Generalized Gauss-Newton or empirical Fisher.
+    pred_type : {"glm", "nn", "gp"}, default="glm"
+        Linearized (GLM) predictive; sampling weights and running the net; or
+        ``"gp"``, the functional Laplace of the GLM paper (§3.5): a GP with
+        kernel J(x) δ⁻¹ J(x')ᵀ on ``gp_subset_size`` training rows (each
+        standing for N/M rows), whose predictive uses the full curvature of
+        those rows whatever ``hessian_structure`` is (that one still gives the
+        evidence and the tuning). With all rows it equals the full GLM
+        predictive.
+    gp_subset_size : int or None, default=None
+        M, the training rows of ``pred_type="gp"`` (a random subset drawn from
+        ``random_state``); None: all rows.
+    n_samples : int, default=100
+        Samples of ``pred_type="nn"``.
+    temperature : float, default=1.0
+        The log-likelihood is divided by T in the MAP objective, the curvature
+        and the evidence.
+    refine : {"laplace", "vi"} or None, default=None
+        GLM posterior refinement (Immer et al. 2021, §3.2): inference in the
+        linearized model f(x; θ*) + J(x)(θ − θ*), whose log joint is convex, on
+        the training Jacobians computed once and cached (refused above
+        ``sklaplace._laplace.refine.JACOBIAN_BUDGET`` bytes of N·C·P floats).
+        ``"laplace"``: the GLM's mode by L-BFGS and the Laplace approximation
+        there (its exact Hessian); ``"vi"``: Gaussian variational inference in
+        the GLM by natural-gradient steps from the Laplace-GGN posterior. Full or
+        diagonal (``hessian_structure``), GGN curvature, ``pred_type`` "glm" or
+        "nn"; it runs after δ (and σ) are chosen, and the predictive mean moves
+        to the refined one. ``None``: the Laplace-GGN posterior at θ*.
     sigma_noise : float or array-like, default=1.0
         Observation noise σ of MAP training and the start of tuning (one per
         output allowed); tuned by the evidence unless
@@ -40,26 +119,59 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         distributions, ``sigma_noise_`` and the evidence are all in the
         original units. With ``False`` those settings are in the units of y.
         Ignored for a ``FrozenEstimator`` net, which predicts in the units it was
-        trained on (``sigma_noise`` is then in the units of y too)."""
-        + ONLINE_DOC
-        + """
+        trained on (``sigma_noise`` is then in the units of y too).
+    online_frequency : int, default=5
+        Online tuning: epochs F between hyperparameter updates.
+    online_burn_in : int, default=0
+        Online tuning: epochs before the first update.
+    online_steps : int or None, default=None
+        Online tuning: None maximizes the evidence at every update (bounded
+        L-BFGS-B over log δ and log σ, as post-hoc tuning: same optimum,
+        about half the time of 100 steps); an int K takes K Adam steps on the
+        log hyperparameters (Immer et al. 2021, Alg. 1).
+    online_lr : float, default=0.1
+        Online tuning: Adam learning rate of the K steps.
+    device : str or torch.device, default="cpu"
+        Where the default MLP (``net=None``) trains, as skorch's ``device``
+        ("cpu", "cuda", "cuda:1"). A skorch net keeps its own ``device`` (set it
+        there); a ``FrozenEstimator``'s net stays where its parameters are. The
+        Laplace approximation (curvature, decompositions, evidence tuning, the
+        predictive) runs on the device of the trained net's parameters, in
+        float64, and only the final arrays come back to the CPU as numpy.
+    memory : None, str or joblib.Memory, default=None
+        Caches the trained MAP network, keyed on the net, the training prior,
+        the data and ``random_state``: refits that change only Laplace
+        parameters skip training.
+    random_state : int, RandomState or None, default=None
+        Seeds initialization, batches and the prediction seed of MC draws.
+    verbose : int, default=0
+        0: silent. 1: the MAP epochs of the default MLP (skorch's table) and the
+        stages of the Laplace approximation (weights, structure, estimated and
+        actual time of the curvature, tuned prior).
 
     Attributes
     ----------
     net_ : skorch NeuralNet
+        The fitted network (the frozen one for ``FrozenEstimator``).
     prior_precision_ : float or ndarray
+        Prior precision after tuning, in the form of ``prior_precision``.
     sigma_noise_ : float or ndarray
         Observation noise after tuning, in the units of y.
     subset_of_weights_ : str
+        What ``subset_of_weights`` resolved to (``"auto"``: see above).
     hyperparameter_tuning_ : str or None
         What ``hyperparameter_tuning`` resolved to (``"auto"``: see above).
     validation_nll_ : float
         ``"cv"`` only: mean held-out NLL at the chosen hyperparameters (model units).
     hessian_structure_ : str
+        What ``"auto"`` resolved to.
     n_params_ : int
+        Number of weights under the Laplace approximation.
     log_evidence_ : float
+        Laplace log marginal likelihood of the fit (in the units of y).
     evidence_history_ : list of dict
-        Online tuning only.
+        Online tuning only: epoch, log_evidence, prior_precision and
+        sigma_noise per update.
     n_tasks_ : int
         ``partial_fit`` only: the number of tasks (calls, a preceding ``fit``
         counting as one) the posterior has absorbed; ``log_evidence_`` is then
@@ -72,11 +184,13 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     refine_n_iter_ : int
         ``refine`` only: L-BFGS and Newton-CG iterations, or natural-gradient steps.
     n_features_in_ : int
+        Number of features seen during ``fit``.
     feature_names_in_ : ndarray of str
+        Names of the features seen during ``fit``; only with pandas input.
 
     See Also
     --------
-    LaplaceClassifier : the classification counterpart.
+    LaplaceClassifier : The classification counterpart.
 
     Examples
     --------
@@ -88,7 +202,6 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     >>> mean.shape, std.shape
     ((3,), (3,))
     """
-    )
 
     _likelihood_kinds = ("gaussian",)
     _parameter_constraints = {
@@ -149,7 +262,9 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training data.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            Target values.
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative row weights w_i multiplying each row's log-likelihood
             everywhere: the MAP objective (Σ w_i·nll_i / T + δ/2·‖θ‖², i.e. N
@@ -164,6 +279,14 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Returns
         -------
         self : LaplaceRegressor
+            The fitted estimator.
+
+        Raises
+        ------
+        ValueError
+            If the parameters are invalid, ``sigma_noise`` does not match the
+            outputs of y or is too small for its spread, or the network does not
+            match the targets.
         """
         X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
                                 y_numeric=True)
@@ -227,13 +350,21 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training data of this task.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            Target values of this task, with the outputs of the first call.
         sample_weight : array-like of shape (n_samples,), default=None
             Row weights of this task (see ``fit``).
 
         Returns
         -------
         self : LaplaceRegressor
+            The updated estimator.
+
+        Raises
+        ------
+        ValueError
+            If ``y`` has another number of outputs than on the first call.
         """
         if continual.is_first_call(self):
             return continual.fit_first_task(self, self.fit, X, y, sample_weight)
@@ -319,6 +450,14 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Returns
         -------
         log_evidence : float
+            The Laplace approximation of log p(y | X) at those hyperparameters,
+            in the units of y (after ``partial_fit``: of the last task given the
+            earlier ones).
+
+        Raises
+        ------
+        ValueError
+            If ``sigma_noise`` does not have the form of ``sigma_noise_``.
         """
         check_is_fitted(self)
         sigma = self.sigma_noise_ if sigma_noise is None else sigma_noise
@@ -353,6 +492,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Input samples.
 
         Returns
         -------
@@ -369,11 +509,14 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Input samples.
         return_std : bool, default=False
+            Whether to return the predictive standard deviation too.
 
         Returns
         -------
         mean : ndarray of shape (n_samples,) or (n_samples, n_targets)
+            Predictive mean, in the units of y.
         std : ndarray of the same shape
             Only with ``return_std=True``.
         """
@@ -382,11 +525,23 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         return (mean, np.sqrt(var + noise)) if return_std else mean
 
     def sample_functions(self, X, n_samples=1, random_state=None):
-        """Functions drawn from the posterior, in the units of y (no noise added).
+        """Draw functions from the posterior, in the units of y (no noise added).
+
+        GLM: f(x, θ*) + J(x)(θ − θ*); ``pred_type="nn"``: f(x, θ).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features)
+            Input samples.
+        n_samples : int, default=1
+            Number of functions drawn.
+        random_state : int, RandomState instance or None, default=None
+            Seed of the draws, as in scikit-learn.
 
         Returns
         -------
         samples : ndarray of shape (n_samples, n_rows, n_outputs)
+            The value of each drawn function at each row and output.
         """
         f = self._function_samples(X, n_samples, random_state).cpu().numpy()
         return f * self._y_std + self._y_mean
