@@ -28,6 +28,8 @@ two libraries interleaved run by run so that machine load hits both alike):
 6. ``scale`` (not in the default sections): fit and predict of both libraries at
    N = ``--scale-rows`` on ``--device`` (default: cuda if present, else cpu); see
    :mod:`benchmarks.scale`.
+7. ``backends`` (not in the default sections): our curvature pass for nn.Linear
+   nets against BackPACK's on the same net and data (issue #17's measurement).
 
 Peak memory is the growth of the process's peak resident set size during a
 run (``VmHWM`` reset through ``/proc/self/clear_refs``; Linux only, else
@@ -529,6 +531,76 @@ def section_bridge(repeats, out):
     return res["mc_link"][0] / res["bridge_link"][0]
 
 
+# ---------------------------------------------------------------- curvature backends
+def section_backends(repeats, out, n_large=20_000):
+    """Issue #17's measurement: our own KFLR / diagonal pass for nets of nn.Linear layers
+    against BackPACK's (``DiagGGNExact``, ``KFLR``) on the same net, data and likelihood,
+    GGN, all weights: the curvature alone (no decomposition), and the largest relative
+    difference of the results (they compute the same quantity)."""
+    from sklearn.datasets import load_breast_cancer, load_diabetes
+    from sklearn.preprocessing import StandardScaler
+
+    from sklaplace._laplace import likelihoods
+    from sklaplace._laplace._backpack import backpack_diag, backpack_kron
+    from sklaplace._laplace.curvature import _linear_diag, _linear_kron_blocks
+    from sklaplace._laplace.subsets import AllWeights
+
+    rng = np.random.RandomState(0)
+    cases = []
+    for kind, loader in (("classification", load_breast_cancer), ("regression", load_diabetes)):
+        X, y = loader(return_X_y=True)
+        X = StandardScaler().fit_transform(X)
+        if kind == "regression":
+            y = (y - y.mean()) / y.std()
+        net = pretrained_net(kind, X, y)
+        name = "breast cancer" if kind == "classification" else "diabetes"
+        cases.append((name, kind, net, X, y))
+        k = -(-n_large // len(X))
+        Xl = (np.tile(X, (k, 1)) + 0.01 * rng.randn(k * len(X), X.shape[1]))[:n_large]
+        cases.append((f"{name} tiled, N={n_large}", kind, net, Xl, np.tile(y, k)[:n_large]))
+
+    out.append("## 7. Curvature backends: our nn.Linear pass against BackPACK (GGN, all "
+               "weights, 2×50 tanh, curvature alone)\n")
+    out.append("| data | structure | ours ms | BackPACK ms | BackPACK / ours | peak MB ours / "
+               "BackPACK | max rel. diff |")
+    out.append("|---|---|---|---|---|---|---|")
+    ratios = {}
+    for name, kind, net, X, y in cases:
+        module = copy.deepcopy(net.module_).double().eval()
+        subset = AllWeights(module)
+        Xt = torch.as_tensor(X, dtype=torch.float64)
+        if kind == "classification":
+            lik, yt = likelihoods.get("categorical"), torch.as_tensor(y)
+        else:
+            lik, yt = likelihoods.get("gaussian"), torch.as_tensor(y, dtype=torch.float64)[:, None]
+        n_out = 2 if kind == "classification" else 1
+        scale = torch.ones(n_out, dtype=torch.float64)
+        fns = {
+            "diag": {"ours": lambda: _linear_diag(subset, lik, Xt, yt, scale, "ggn"),
+                     "backpack": lambda: backpack_diag(subset, lik, Xt, yt, scale)},
+            "kron": {"ours": lambda: _linear_kron_blocks(subset, subset.linear_layers(), lik, Xt,
+                                                         yt, scale, "ggn"),
+                     "backpack": lambda: backpack_kron(subset, lik, Xt, yt, scale)},
+        }
+        for structure, pair in fns.items():
+            res = timed(pair, repeats)
+            ours, theirs = res["ours"], res["backpack"]
+            if structure == "diag":
+                diff = float(((ours[2] - theirs[2]).abs() / ours[2].abs().max()).max())
+            else:
+                mine = [f for _, factors in ours[2] for f in factors]
+                other = [f for _, factors in theirs[2] for f in factors]
+                diff = max(float((a - b).abs().max() / a.abs().max())
+                           for a, b in zip(mine, other))
+            ratios[(name, structure)] = theirs[0] / ours[0]
+            out.append(f"| {name} | {structure} | {_fmt(ours[0])} | {_fmt(theirs[0])} | "
+                       f"{theirs[0] / ours[0]:.2f} | {_mb(ours[1])} / {_mb(theirs[1])} | "
+                       f"{diff:.1e} |")
+            print(out[-1], flush=True)
+    out.append("")
+    return ratios
+
+
 # ---------------------------------------------------------------- CLI
 def add_arguments(parser):
     parser.add_argument("--repeats", type=int, default=5, help="runs per timing (median)")
@@ -537,7 +609,8 @@ def add_arguments(parser):
                              "shared machine)")
     parser.add_argument("--sections", nargs="+", default=["laplace", "map", "scaling",
                                                           "evidence", "bridge"],
-                        choices=["laplace", "map", "scaling", "evidence", "bridge", "scale"])
+                        choices=["laplace", "map", "scaling", "evidence", "bridge", "scale",
+                                 "backends"])
     parser.add_argument("--scale-rows", type=int, nargs="+", default=[100_000],
                         help="scale section: training rows (one table per value)")
     parser.add_argument("--device", default=None,
@@ -574,6 +647,7 @@ def main(args):
         "evidence": lambda: section_evidence_alone(args.repeats, missing, out),
         "bridge": lambda: section_bridge(args.repeats, out),
         "scale": lambda: _scale_sections(args, missing, out),
+        "backends": lambda: section_backends(args.repeats, out),
     }
     failed = False
     for name in args.sections:

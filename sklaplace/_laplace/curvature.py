@@ -292,6 +292,13 @@ def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", weight=
                 "net or setting is not covered. Use hessian_structure='diag' or 'full'."
             ) from None
         return KronPosterior(blocks, subset.n_params)
+    return KronPosterior(_linear_kron_blocks(subset, layers, likelihood, X, y, out_scale,
+                                             curvature, weight), subset.n_params)
+
+
+def _linear_kron_blocks(subset, layers, likelihood, X, y, out_scale, curvature, weight=None):
+    """The Kronecker blocks [(weight index, [G, A]), (bias index, [G])] of nn.Linear layers
+    (see :func:`kron_curvature`)."""
     G = [0.0] * len(layers)
     A = [0.0] * len(layers)
     for a, factors, _, sl in _preactivation_factors(subset, layers, likelihood, X, y, out_scale,
@@ -318,7 +325,7 @@ def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", weight=
         blocks.append((w, [G[i], A[i] / n_total]))
         if b is not None:
             blocks.append((b, [G[i]]))
-    return KronPosterior(blocks, subset.n_params)
+    return blocks
 
 
 def _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk=4096, weight=None):
