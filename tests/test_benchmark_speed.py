@@ -35,3 +35,18 @@ def test_timed_steady_times_each_callable_in_its_own_rounds():
     res = timed_steady({"sleep": lambda: time.sleep(0.005), "noop": lambda: None},
                        rounds=2, calls=4)
     assert 0.004 <= res["sleep"] < 0.1 and res["noop"] < res["sleep"]
+
+
+def test_backends_section_compares_equal_curvatures(monkeypatch):
+    from benchmarks import speed
+
+    real = speed.pretrained_net
+    monkeypatch.setattr(speed, "pretrained_net",
+                        lambda kind, X, y: real(kind, X, y, hidden=(8, 8), epochs=5))
+    out = []
+    ratios = speed.section_backends(1, out, n_large=1200)
+    rows = [line for line in out if line.startswith("| ") and "ms" not in line]
+    assert len(rows) == len(ratios) == 8
+    for line in rows:  # the last column: the largest relative difference of the results
+        assert float(line.rstrip(" |").split("|")[-1]) < 1e-10, line
+    assert all(np.isfinite(r) and r > 0 for r in ratios.values())
