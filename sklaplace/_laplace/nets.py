@@ -22,6 +22,7 @@ weights nothing changes.
 """
 
 import inspect
+import itertools
 
 import numpy as np
 import torch
@@ -178,7 +179,7 @@ def check_device(net):
 
 def module_device(module):
     """The device of a module's first parameter (or buffer); the CPU for neither."""
-    for tensor in (*module.parameters(), *module.buffers()):
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
         return tensor.device
     return torch.device("cpu")
 
