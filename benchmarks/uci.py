@@ -360,10 +360,17 @@ def classification_metrics(y, proba):
 # ----------------------------------------------------------------------------- regression
 
 
-def _regression_estimator(net, y_train, **params):
+def _regression_estimator(net, **params):
+    """A ``LaplaceRegressor`` on standardized targets with σ = std(y) at the start.
+
+    ``sigma_noise`` is in the units of the standardized target under ``normalize_y``
+    (since 9e83544): 1.0 is a noise as large as std(y), the σ of MAP training and the
+    start of tuning.  (Passing std(y) itself, as before that change, would train the
+    MAP at σ = std(y)² in the units of y: a prior std(y)² times too strong.)
+    """
     from sklaplace import LaplaceRegressor
 
-    return LaplaceRegressor(net, normalize_y=True, sigma_noise=float(np.std(y_train)),
+    return LaplaceRegressor(net, normalize_y=True, sigma_noise=1.0,
                             subset_of_weights="all", **params)
 
 
@@ -372,38 +379,55 @@ def _regression_estimator(net, y_train, **params):
 MEMORY = None
 
 
-def run_regression_split(dataset, split, methods, cfg, data_dir=None, log=print):
-    """Results {method: {...}} of one split of a UCI regression set."""
+def regression_data(dataset, split, cfg, data_dir=None):
+    """(Xtr, ytr, Xte, yte, seed) of one split: inputs standardized on the training set."""
     Xtr, ytr, Xte, yte = load_uci_regression(dataset, split, data_dir=data_dir)
     scaler = StandardScaler().fit(Xtr)
     Xtr, Xte = scaler.transform(Xtr), scaler.transform(Xte)
     seed = cfg.seed * 100_003 + 1_000 * split + dataset_seed(dataset)
+    return Xtr, ytr, Xte, yte, seed
+
+
+def regression_map(Xtr, ytr, seed, cfg, dataset):
+    """The ``map`` method's net: δ from the grid by hold-out NLL, retrained on all rows.
+
+    Returns (the retrained estimator, δ, σ of the hold-out, the grid's (val NLL, δ, σ)).
+    The post-hoc methods (``la_*``, ``la_*_peer``) all use this estimator's net.
+    """
+    d = Xtr.shape[1]
+    rng = np.random.RandomState(seed)
+    perm = rng.permutation(len(Xtr))
+    n_val = max(2, int(round(cfg.val_fraction * len(Xtr))))
+    val, sub = perm[:n_val], perm[n_val:]
+    grid = []
+    for delta in cfg.deltas("regression", dataset):
+        est = _regression_estimator(
+            make_net("regression", d, 1, len(sub), cfg), prior_precision=delta,
+            hyperparameter_tuning=None, hessian_structure="diag", random_state=seed,
+            memory=MEMORY,
+        ).fit(Xtr[sub], ytr[sub])
+        mean = est.predict(Xtr[val])
+        sigma = float(np.sqrt(np.mean((ytr[val] - mean) ** 2)))
+        grid.append((gaussian_nll(ytr[val], mean, sigma), float(delta), sigma))
+    _, delta, sigma_val = min(grid)
+    map_est = _regression_estimator(
+        make_net("regression", d, 1, len(Xtr), cfg), prior_precision=delta,
+        hyperparameter_tuning=None, hessian_structure="diag", random_state=seed,
+        memory=MEMORY,
+    ).fit(Xtr, ytr)
+    return map_est, delta, sigma_val, grid
+
+
+def run_regression_split(dataset, split, methods, cfg, data_dir=None, log=print):
+    """Results {method: {...}} of one split of a UCI regression set."""
+    Xtr, ytr, Xte, yte, seed = regression_data(dataset, split, cfg, data_dir)
     d = Xtr.shape[1]
     results = {}
 
     posthoc = [m for m in methods if m.startswith("la_")]
     if "map" in methods or posthoc:
         t0 = time.perf_counter()
-        rng = np.random.RandomState(seed)
-        perm = rng.permutation(len(Xtr))
-        n_val = max(2, int(round(cfg.val_fraction * len(Xtr))))
-        val, sub = perm[:n_val], perm[n_val:]
-        grid = []
-        for delta in cfg.deltas("regression", dataset):
-            est = _regression_estimator(
-                make_net("regression", d, 1, len(sub), cfg), ytr[sub], prior_precision=delta,
-                hyperparameter_tuning=None, hessian_structure="diag", random_state=seed,
-                memory=MEMORY,
-            ).fit(Xtr[sub], ytr[sub])
-            mean = est.predict(Xtr[val])
-            sigma = float(np.sqrt(np.mean((ytr[val] - mean) ** 2)))
-            grid.append((gaussian_nll(ytr[val], mean, sigma), float(delta), sigma))
-        _, delta, sigma_val = min(grid)
-        map_est = _regression_estimator(
-            make_net("regression", d, 1, len(Xtr), cfg), ytr, prior_precision=delta,
-            hyperparameter_tuning=None, hessian_structure="diag", random_state=seed,
-            memory=MEMORY,
-        ).fit(Xtr, ytr)
+        map_est, delta, sigma_val, grid = regression_map(Xtr, ytr, seed, cfg, dataset)
         mean = map_est.predict(Xte)
         t_map = time.perf_counter() - t0
         if "map" in methods:
@@ -417,7 +441,7 @@ def run_regression_split(dataset, split, methods, cfg, data_dir=None, log=print)
             t0 = time.perf_counter()
             structure, prior = _structure_and_prior(method)
             est = _regression_estimator(
-                FrozenEstimator(map_est.net_), ytr, prior_precision=delta,
+                FrozenEstimator(map_est.net_), prior_precision=delta,
                 prior_structure=prior, hyperparameter_tuning="evidence",
                 hessian_structure=structure, random_state=seed,
             )
@@ -429,7 +453,7 @@ def run_regression_split(dataset, split, methods, cfg, data_dir=None, log=print)
         net = make_net("regression", d, 1, len(Xtr), cfg)
         structure, prior = _structure_and_prior(method)
         est = _regression_estimator(
-            net, ytr, prior_precision=1.0, prior_structure=prior,
+            net, prior_precision=1.0, prior_structure=prior,
             hyperparameter_tuning="online", hessian_structure=structure,
             online_frequency=max(1, net.max_epochs // cfg.online_updates),
             online_steps=cfg.online_steps, random_state=seed,
