@@ -103,3 +103,35 @@ def test_eta_extrapolates_from_the_cells_done(monkeypatch):
     assert str(eta) == "0/10 cells"
     eta.done(2)  # 2 cells in 60 s: 8 left take 4 minutes
     assert str(eta) == "2/10 cells, ETA 4.0 min"
+
+
+def test_peer_methods_match_ours_on_the_same_net(data_dir):
+    # la_full_peer: laplace-torch's post-hoc full LA on the same MAP net and the same
+    # standardized targets; its evidence optimum and GLM predictive (σ² added) are ours
+    pytest.importorskip("laplace")
+    cfg = uci.Config(**uci.QUICK)
+    res = uci.run_regression_split("yacht", 0, ["la_full", "la_full_peer", "la_kron_peer"],
+                                   cfg, data_dir=data_dir)
+    ours, peer = res["la_full"], res["la_full_peer"]
+    assert "error" not in peer and "error" not in res["la_kron_peer"], res
+    assert peer["log_evidence"] == pytest.approx(ours["log_evidence"], abs=0.05)
+    assert peer["sigma_noise"] == pytest.approx(ours["sigma_noise"], rel=0.02)
+    assert peer["nll"] == pytest.approx(ours["nll"], abs=0.02)
+    assert peer["rmse"] == pytest.approx(ours["rmse"], rel=1e-5)  # same net, same mean
+    assert math.isfinite(res["la_kron_peer"]["nll"])
+
+
+def test_peer_methods_without_laplace_torch_are_error_records(monkeypatch, data_dir):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "laplace", None)  # import laplace → ImportError
+    res = uci.run_regression_split("yacht", 0, ["la_full_peer"], uci.Config(**uci.QUICK),
+                                   data_dir=data_dir)
+    assert "laplace-torch is not installed" in res["la_full_peer"]["error"]
+
+
+def test_peer_methods_only_when_named(tmp_path):
+    assert not set(uci.PEER_METHODS) & set(uci.REGRESSION_METHODS)  # not in the default run
+    rows = main(["uci", "--protocol", "regression", "--datasets", "yacht", "--methods", "map",
+                 "la_full_peer", "la_kron_peer", "--report", "--cache-dir", str(tmp_path)])
+    assert rows == []  # accepted (nothing cached), not "unknown method(s)"
