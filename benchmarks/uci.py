@@ -23,6 +23,8 @@ Two protocols (DIGEST §2.2–2.3, the printed values live in :mod:`.paper_table
       σ by Adam on its ``log_marginal_likelihood`` (``PEER_STEPS`` steps, lr
       ``PEER_LR``, from the MAP's δ and σ = std(y), as ours), GLM predictive
       N(f, f_var + σ²) — laplace-torch returns f_var alone, σ² is added here.
+      laplace-torch 0.3's Kron evidence is not differentiable in σ (``math.pow``,
+      see :func:`differentiable_kron_scaling`); the runner patches that for tuning.
     * ``online_full`` / ``online_kron`` / ``online_diag``: a fresh net trained
       with ``hyperparameter_tuning="online"`` (Immer et al. 2021 Alg. 1,
       layer-wise δ and σ), GLM predictive of that structure.  No validation data.
@@ -68,6 +70,7 @@ Every (protocol, data set, method, split) result is one JSON file under
 """
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -540,6 +543,36 @@ def peer_predict(la, X, y_mean, y_std):
     return mean, f_var, (float(la.sigma_noise) * y_std) ** 2
 
 
+@contextlib.contextmanager
+def differentiable_kron_scaling():
+    """Patch laplace-torch 0.3's Kronecker scaling so that its log evidence is
+    differentiable in σ (yields whether it patched).
+
+    ``laplace/utils/matrix.py`` does ``from math import pow`` and scales the Kronecker
+    factors by ``pow(1/σ², 1/2)`` (``Kron.__mul__``, ``KronDecomposed.__mul__``):
+    ``math.pow`` turns the tensor into a float, so ``log_marginal_likelihood`` of a
+    ``KronLaplace`` has the right value but loses the σ-dependence of ½ log det P in
+    its gradient (yacht split 0: d log Z / d log σ = −269.0 by autograd, +3.02 by
+    finite differences; Adam then stops at σ = 0.20 with log Z = −1094.5, where
+    sklaplace finds σ = 1.24 with log Z = −876.9, and the patched laplace-torch the
+    same).  For the duration the module's ``pow`` is ``**``, which keeps the graph.
+    """
+    try:
+        import laplace.utils.matrix as matrix
+    except ImportError:
+        yield False
+        return
+    original = getattr(matrix, "pow", None)
+    if original is not math.pow:  # another version: leave it alone
+        yield False
+        return
+    matrix.pow = lambda base, exponent: base ** exponent
+    try:
+        yield True
+    finally:
+        matrix.pow = original
+
+
 def _fit_peer(map_est, structure, delta, Xtr, ytr, Xte, yte, t0):
     """laplace-torch's post-hoc LA of the ``map`` net (the ``la_*_peer`` methods), results
     in the units of y (mean·s + m, std·s, log Z − N log s)."""
@@ -550,7 +583,8 @@ def _fit_peer(map_est, structure, delta, Xtr, ytr, Xte, yte, t0):
                 "seconds": time.perf_counter() - t0}
     try:
         la, y_mean, y_std = peer_laplace(map_est, structure, Xtr, ytr)
-        trace = tune_peer(la, delta)
+        with differentiable_kron_scaling() as patched:
+            trace = tune_peer(la, delta)
         with torch.no_grad():
             log_z = float(la.log_marginal_likelihood())
         mean, f_var, noise = peer_predict(la, Xte, y_mean, y_std)
@@ -565,6 +599,7 @@ def _fit_peer(map_est, structure, delta, Xtr, ytr, Xte, yte, t0):
         # f_var alone (σ² left out): not a predictive of y, kept for comparison
         "nll_without_noise": gaussian_nll(yte, mean, np.sqrt(f_var)),
         "neg_log_evidence_last_steps": trace[-3:],
+        "peer_kron_scaling_patched": patched,
         "seconds": time.perf_counter() - t0,
         "map_prior_precision": delta,
     }
