@@ -16,6 +16,15 @@ Two protocols (DIGEST §2.2–2.3, the printed values live in :mod:`.paper_table
     * ``la_full`` / ``la_kron`` / ``la_diag``: post-hoc Laplace over all
       weights on that *same* retrained MAP net (``FrozenEstimator``), GGN,
       layer-wise prior precision and σ tuned by the evidence, GLM predictive.
+    * ``la_full_peer`` / ``la_kron_peer``: the same post-hoc LA by laplace-torch
+      (the peer; optional, an error record without it) on a float64 copy of that
+      same net and the same standardized targets: ``Laplace(model, "regression",
+      subset_of_weights="all", hessian_structure="full" / "kron")``, layer-wise δ and
+      σ by Adam on its ``log_marginal_likelihood`` (``PEER_STEPS`` steps, lr
+      ``PEER_LR``, from the MAP's δ and σ = std(y), as ours), GLM predictive
+      N(f, f_var + σ²) — laplace-torch returns f_var alone, σ² is added here.
+      laplace-torch 0.3's Kron evidence is not differentiable in σ (``math.pow``,
+      see :func:`differentiable_kron_scaling`); the runner patches that for tuning.
     * ``online_full`` / ``online_kron`` / ``online_diag``: a fresh net trained
       with ``hyperparameter_tuning="online"`` (Immer et al. 2021 Alg. 1,
       layer-wise δ and σ), GLM predictive of that structure.  No validation data.
@@ -61,6 +70,7 @@ Every (protocol, data set, method, split) result is one JSON file under
 """
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -94,6 +104,8 @@ HELP = "UCI regression / classification tables of the papers, ours beside theirs
 PROTOCOLS = ("regression", "classification")
 REGRESSION_METHODS = ("map", "la_full", "la_full_scalar", "la_kron", "la_diag",
                       "online_full", "online_full_scalar", "online_kron", "online_diag")
+#: laplace-torch on the same nets: run only when named in ``--methods``.
+PEER_METHODS = ("la_full_peer", "la_kron_peer")
 CLASSIFICATION_METHODS = ("map", "glm", "glm_diag", "bnn", "la_evidence", "online_kron",
                           "glm_refine", "glm_refine_diag", "glm_refine_laplace",
                           "glm_refine_laplace_diag", "gp")
@@ -108,6 +120,8 @@ GLM_VARIANTS = MappingProxyType({
 CLASSIFICATION_DATASETS = ("glass", "ionosphere", "vehicle", "breast_cancer",
                            "breast_cancer_wdbc", "waveform", "digits", "satellite")
 METHODS = {"regression": REGRESSION_METHODS, "classification": CLASSIFICATION_METHODS}
+#: Methods run only when asked for (``--methods``), not by default.
+OPTIONAL_METHODS = {"regression": PEER_METHODS, "classification": ()}
 DATASETS = {"regression": UCI_REGRESSION, "classification": CLASSIFICATION_DATASETS}
 PROTOCOL_SPLITS = {"regression": 20, "classification": 10}
 QUICK_DATASETS = {"regression": ("yacht", "boston"), "classification": ("glass", "ionosphere")}
@@ -366,10 +380,17 @@ def classification_metrics(y, proba):
 # ----------------------------------------------------------------------------- regression
 
 
-def _regression_estimator(net, y_train, **params):
+def _regression_estimator(net, **params):
+    """A ``LaplaceRegressor`` on standardized targets with σ = std(y) at the start.
+
+    ``sigma_noise`` is in the units of the standardized target under ``normalize_y``
+    (since 9e83544): 1.0 is a noise as large as std(y), the σ of MAP training and the
+    start of tuning.  (Passing std(y) itself, as before that change, would train the
+    MAP at σ = std(y)² in the units of y: a prior std(y)² times too strong.)
+    """
     from sklaplace import LaplaceRegressor
 
-    return LaplaceRegressor(net, normalize_y=True, sigma_noise=float(np.std(y_train)),
+    return LaplaceRegressor(net, normalize_y=True, sigma_noise=1.0,
                             subset_of_weights="all", **params)
 
 
@@ -378,38 +399,55 @@ def _regression_estimator(net, y_train, **params):
 MEMORY = None
 
 
-def run_regression_split(dataset, split, methods, cfg, data_dir=None, log=print):
-    """Results {method: {...}} of one split of a UCI regression set."""
+def regression_data(dataset, split, cfg, data_dir=None):
+    """(Xtr, ytr, Xte, yte, seed) of one split: inputs standardized on the training set."""
     Xtr, ytr, Xte, yte = load_uci_regression(dataset, split, data_dir=data_dir)
     scaler = StandardScaler().fit(Xtr)
     Xtr, Xte = scaler.transform(Xtr), scaler.transform(Xte)
     seed = cfg.seed * 100_003 + 1_000 * split + dataset_seed(dataset)
+    return Xtr, ytr, Xte, yte, seed
+
+
+def regression_map(Xtr, ytr, seed, cfg, dataset):
+    """The ``map`` method's net: δ from the grid by hold-out NLL, retrained on all rows.
+
+    Returns (the retrained estimator, δ, σ of the hold-out, the grid's (val NLL, δ, σ)).
+    The post-hoc methods (``la_*``, ``la_*_peer``) all use this estimator's net.
+    """
+    d = Xtr.shape[1]
+    rng = np.random.RandomState(seed)
+    perm = rng.permutation(len(Xtr))
+    n_val = max(2, int(round(cfg.val_fraction * len(Xtr))))
+    val, sub = perm[:n_val], perm[n_val:]
+    grid = []
+    for delta in cfg.deltas("regression", dataset):
+        est = _regression_estimator(
+            make_net("regression", d, 1, len(sub), cfg), prior_precision=delta,
+            hyperparameter_tuning=None, hessian_structure="diag", random_state=seed,
+            memory=MEMORY,
+        ).fit(Xtr[sub], ytr[sub])
+        mean = est.predict(Xtr[val])
+        sigma = float(np.sqrt(np.mean((ytr[val] - mean) ** 2)))
+        grid.append((gaussian_nll(ytr[val], mean, sigma), float(delta), sigma))
+    _, delta, sigma_val = min(grid)
+    map_est = _regression_estimator(
+        make_net("regression", d, 1, len(Xtr), cfg), prior_precision=delta,
+        hyperparameter_tuning=None, hessian_structure="diag", random_state=seed,
+        memory=MEMORY,
+    ).fit(Xtr, ytr)
+    return map_est, delta, sigma_val, grid
+
+
+def run_regression_split(dataset, split, methods, cfg, data_dir=None, log=print):
+    """Results {method: {...}} of one split of a UCI regression set."""
+    Xtr, ytr, Xte, yte, seed = regression_data(dataset, split, cfg, data_dir)
     d = Xtr.shape[1]
     results = {}
 
     posthoc = [m for m in methods if m.startswith("la_")]
     if "map" in methods or posthoc:
         t0 = time.perf_counter()
-        rng = np.random.RandomState(seed)
-        perm = rng.permutation(len(Xtr))
-        n_val = max(2, int(round(cfg.val_fraction * len(Xtr))))
-        val, sub = perm[:n_val], perm[n_val:]
-        grid = []
-        for delta in cfg.deltas("regression", dataset):
-            est = _regression_estimator(
-                make_net("regression", d, 1, len(sub), cfg), ytr[sub], prior_precision=delta,
-                hyperparameter_tuning=None, hessian_structure="diag", random_state=seed,
-                memory=MEMORY,
-            ).fit(Xtr[sub], ytr[sub])
-            mean = est.predict(Xtr[val])
-            sigma = float(np.sqrt(np.mean((ytr[val] - mean) ** 2)))
-            grid.append((gaussian_nll(ytr[val], mean, sigma), float(delta), sigma))
-        _, delta, sigma_val = min(grid)
-        map_est = _regression_estimator(
-            make_net("regression", d, 1, len(Xtr), cfg), ytr, prior_precision=delta,
-            hyperparameter_tuning=None, hessian_structure="diag", random_state=seed,
-            memory=MEMORY,
-        ).fit(Xtr, ytr)
+        map_est, delta, sigma_val, grid = regression_map(Xtr, ytr, seed, cfg, dataset)
         mean = map_est.predict(Xte)
         t_map = time.perf_counter() - t0
         if "map" in methods:
@@ -421,9 +459,13 @@ def run_regression_split(dataset, split, methods, cfg, data_dir=None, log=print)
             }
         for method in posthoc:
             t0 = time.perf_counter()
+            if method.endswith("_peer"):
+                results[method] = _fit_peer(map_est, method.split("_")[1], delta,
+                                            Xtr, ytr, Xte, yte, t0)
+                continue
             structure, prior = _structure_and_prior(method)
             est = _regression_estimator(
-                FrozenEstimator(map_est.net_), ytr, prior_precision=delta,
+                FrozenEstimator(map_est.net_), prior_precision=delta,
                 prior_structure=prior, hyperparameter_tuning="evidence",
                 hessian_structure=structure, random_state=seed,
             )
@@ -435,13 +477,138 @@ def run_regression_split(dataset, split, methods, cfg, data_dir=None, log=print)
         net = make_net("regression", d, 1, len(Xtr), cfg)
         structure, prior = _structure_and_prior(method)
         est = _regression_estimator(
-            net, ytr, prior_precision=1.0, prior_structure=prior,
+            net, prior_precision=1.0, prior_structure=prior,
             hyperparameter_tuning="online", hessian_structure=structure,
             online_frequency=max(1, net.max_epochs // cfg.online_updates),
             online_steps=cfg.online_steps, random_state=seed,
         )
         results[method] = _fit_and_score(est, Xtr, ytr, Xte, yte, t0)
     return results
+
+
+#: laplace-torch's hyperparameter optimization for the ``*_peer`` methods: Adam steps
+#: and learning rate on (log δ per parameter tensor, log σ), as in its README.
+PEER_STEPS = 300
+PEER_LR = 0.1
+
+
+def peer_laplace(map_est, structure, Xtr, ytr):
+    """laplace-torch's LA over all weights of a float64 copy of the ``map`` net, fitted
+    on the standardized target the net was trained on (``normalize_y``).
+
+    Returns (the fitted ``Laplace``, mean, std of that standardization).  Needs
+    laplace-torch (ImportError otherwise).
+    """
+    import copy
+
+    from laplace import Laplace
+    from sklaplace import LaplaceRegressor
+    from torch.utils.data import DataLoader, TensorDataset
+
+    y_mean, y_std = (float(np.ravel(v)[0])
+                     for v in getattr(map_est.net_, LaplaceRegressor.TARGET_SCALING))
+    model = copy.deepcopy(map_est.net_.module_).double().eval()
+    for param in model.parameters():
+        param.requires_grad_(True)
+    X = torch.as_tensor(Xtr, dtype=torch.float64)
+    y = torch.as_tensor((ytr - y_mean) / y_std, dtype=torch.float64).reshape(-1, 1)
+    la = Laplace(model, "regression", subset_of_weights="all", hessian_structure=structure)
+    la.fit(DataLoader(TensorDataset(X, y), batch_size=min(len(X), 512)))
+    return la, y_mean, y_std
+
+
+def tune_peer(la, delta, sigma=1.0, steps=None, lr=None):
+    """Adam on laplace-torch's log marginal likelihood over (log δ per parameter tensor,
+    log σ) from (δ, σ), as its README does; sets them on ``la``, returns the objective's
+    trace (negative log evidence after each step)."""
+    steps = PEER_STEPS if steps is None else steps
+    log_prior = torch.full((la.n_layers,), math.log(delta), dtype=torch.float64,
+                           requires_grad=True)
+    log_sigma = torch.full((1,), math.log(sigma), dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.Adam([log_prior, log_sigma], lr=PEER_LR if lr is None else lr)
+    trace = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = -la.log_marginal_likelihood(log_prior.exp(), log_sigma.exp())
+        loss.backward()
+        optimizer.step()
+        trace.append(loss.item())
+    la.prior_precision = log_prior.detach().exp()
+    la.sigma_noise = log_sigma.detach().exp()
+    return trace
+
+
+def peer_predict(la, X, y_mean, y_std):
+    """(mean, f_var, σ²) of laplace-torch's GLM predictive in the units of y.
+
+    laplace-torch returns the functional variance f_var alone; the predictive
+    variance of y is f_var + σ²."""
+    f_mu, f_var = la(torch.as_tensor(X, dtype=torch.float64), pred_type="glm")
+    mean = f_mu.detach().numpy().reshape(-1) * y_std + y_mean
+    f_var = f_var.detach().numpy().reshape(-1) * y_std**2
+    return mean, f_var, (float(la.sigma_noise) * y_std) ** 2
+
+
+@contextlib.contextmanager
+def differentiable_kron_scaling():
+    """Patch laplace-torch 0.3's Kronecker scaling so that its log evidence is
+    differentiable in σ (yields whether it patched).
+
+    ``laplace/utils/matrix.py`` does ``from math import pow`` and scales the Kronecker
+    factors by ``pow(1/σ², 1/2)`` (``Kron.__mul__``, ``KronDecomposed.__mul__``):
+    ``math.pow`` turns the tensor into a float, so ``log_marginal_likelihood`` of a
+    ``KronLaplace`` has the right value but loses the σ-dependence of ½ log det P in
+    its gradient (yacht split 0: d log Z / d log σ = −269.0 by autograd, +3.02 by
+    finite differences; Adam then stops at σ = 0.20 with log Z = −1094.5, where
+    sklaplace finds σ = 1.24 with log Z = −876.9, and the patched laplace-torch the
+    same).  For the duration the module's ``pow`` is ``**``, which keeps the graph.
+    """
+    try:
+        import laplace.utils.matrix as matrix
+    except ImportError:
+        yield False
+        return
+    original = getattr(matrix, "pow", None)
+    if original is not math.pow:  # another version: leave it alone
+        yield False
+        return
+    matrix.pow = lambda base, exponent: base ** exponent
+    try:
+        yield True
+    finally:
+        matrix.pow = original
+
+
+def _fit_peer(map_est, structure, delta, Xtr, ytr, Xte, yte, t0):
+    """laplace-torch's post-hoc LA of the ``map`` net (the ``la_*_peer`` methods), results
+    in the units of y (mean·s + m, std·s, log Z − N log s)."""
+    try:
+        import laplace  # noqa: F401
+    except ImportError as exc:
+        return {"error": f"laplace-torch is not installed ({exc}); pip install laplace-torch",
+                "seconds": time.perf_counter() - t0}
+    try:
+        la, y_mean, y_std = peer_laplace(map_est, structure, Xtr, ytr)
+        with differentiable_kron_scaling() as patched:
+            trace = tune_peer(la, delta)
+        with torch.no_grad():
+            log_z = float(la.log_marginal_likelihood())
+        mean, f_var, noise = peer_predict(la, Xte, y_mean, y_std)
+    except Exception as exc:  # recorded and reported, never silently replaced
+        return {"error": _describe(exc), "seconds": time.perf_counter() - t0}
+    return {
+        "nll": gaussian_nll(yte, mean, np.sqrt(f_var + noise)),
+        "rmse": float(np.sqrt(np.mean((yte - mean) ** 2))),
+        "prior_precision": la.prior_precision.numpy(),
+        "sigma_noise": math.sqrt(noise),
+        "log_evidence": log_z - len(Xtr) * math.log(y_std),
+        # f_var alone (σ² left out): not a predictive of y, kept for comparison
+        "nll_without_noise": gaussian_nll(yte, mean, np.sqrt(f_var)),
+        "neg_log_evidence_last_steps": trace[-3:],
+        "peer_kron_scaling_patched": patched,
+        "seconds": time.perf_counter() - t0,
+        "map_prior_precision": delta,
+    }
 
 
 def _structure_and_prior(method):
@@ -896,6 +1063,7 @@ def add_arguments(parser):
                              + ", ".join(sum(QUICK_DATASETS.values(), ())) + ")")
     parser.add_argument("--methods", nargs="+", metavar="NAME",
                         help="methods (regression: " + ", ".join(REGRESSION_METHODS)
+                             + "; only when named: " + ", ".join(PEER_METHODS)
                              + "; classification: " + ", ".join(CLASSIFICATION_METHODS) + ")")
     parser.add_argument("--n-splits", type=int, metavar="N",
                         help="run splits 0..N-1 (default: the protocol's 20 / 10; quick: 1)")
@@ -954,13 +1122,15 @@ def main(args):
     for p in protocols:
         default = QUICK_DATASETS[p] if args.quick else DATASETS[p]
         datasets[p] = [d for d in (args.datasets or default) if d in DATASETS[p]]
-        methods[p] = [m for m in (args.methods or METHODS[p]) if m in METHODS[p]]
+        known = METHODS[p] + OPTIONAL_METHODS[p]
+        methods[p] = [m for m in (args.methods or METHODS[p]) if m in known]
         if args.datasets and not datasets[p] and len(protocols) > 1:
             continue
         unknown = [d for d in (args.datasets or []) if not any(d in DATASETS[q] for q in protocols)]
         if unknown:
             raise SystemExit(f"unknown data set(s): {', '.join(unknown)}")
-        bad = [m for m in (args.methods or []) if not any(m in METHODS[q] for q in protocols)]
+        bad = [m for m in (args.methods or [])
+               if not any(m in METHODS[q] + OPTIONAL_METHODS[q] for q in protocols)]
         if bad:
             raise SystemExit(f"unknown method(s): {', '.join(bad)}")
     if args.splits is not None:

@@ -119,7 +119,10 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         distributions, ``sigma_noise_`` and the evidence are all in the
         original units. With ``False`` those settings are in the units of y.
         Ignored for a ``FrozenEstimator`` net, which predicts in the units it was
-        trained on (``sigma_noise`` is then in the units of y too).
+        trained on: those of y for a user's net (``sigma_noise`` is then in the
+        units of y too); for the ``net_`` of a LaplaceRegressor fitted with
+        ``normalize_y=True``, the standardized units of that fit (its mean and
+        std of y, recorded on the net; ``sigma_noise`` is then in those units).
     online_frequency : int, default=5
         Online tuning: epochs F between hyperparameter updates.
     online_burn_in : int, default=0
@@ -300,17 +303,24 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         if sigma.size not in (1, y2.shape[1]):
             raise ValueError(f"sigma_noise has {sigma.size} values but y has {y2.shape[1]} outputs.")
         self._y_ndim = y.ndim
-        # A FrozenEstimator's net predicts in the units it was trained on, those of y:
-        # standardizing y would silently misread its outputs.
+        # A FrozenEstimator's net predicts in the units it was trained on: those of y for
+        # a user's net, standardizing y would silently misread its outputs; the
+        # standardized units of the estimator that trained it for a LaplaceRegressor's
+        # net_ (it records them, TARGET_SCALING), reading those as y would too.
         frozen = isinstance(self.net, FrozenEstimator)
+        trained_scaling = self._trained_scaling(y2.shape[1]) if frozen else None
         self._normalizes = bool(self.normalize_y) and not frozen
-        if sample_weight is None:
+        if trained_scaling is not None:
+            self._normalizes = True
+            self._y_mean, spread = trained_scaling
+        elif sample_weight is None:
             self._y_mean = y2.mean(0) if self._normalizes else np.zeros(y2.shape[1])
         else:
             self._y_mean = (np.average(y2, axis=0, weights=sample_weight) if self._normalizes
                             else np.zeros(y2.shape[1]))
-        with np.errstate(over="ignore", invalid="ignore"):
-            spread = weighted_spread(y2, sample_weight, axis=0)
+        if trained_scaling is None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                spread = weighted_spread(y2, sample_weight, axis=0)
         if not np.all(np.isfinite(spread)):
             raise ValueError(
                 "y is too large for float64 arithmetic (its standard deviation overflows); "
@@ -322,7 +332,31 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         y_model = (y2 - self._y_mean) / self._y_std
         if not frozen:  # only training can overflow
             self._check_sigma_scale(sigma, y_model)
-        return self._fit(X, y_model, "gaussian", y2.shape[1], self._y_std, sample_weight)
+        self._fit(X, y_model, "gaussian", y2.shape[1], self._y_std, sample_weight)
+        return self._record_scaling()
+
+    def _record_scaling(self):
+        """Record the standardization on a net this estimator trained (not on a frozen one)."""
+        if self._normalizes and not isinstance(self.net, FrozenEstimator):
+            setattr(self.net_, self.TARGET_SCALING, (self._y_mean.copy(), self._y_std.copy()))
+        return self
+
+    #: Attribute of a trained ``net_`` with the (mean, std) of the standardization its
+    #: outputs are in (``normalize_y``): a ``FrozenEstimator`` of it reads its outputs in
+    #: those units.
+    TARGET_SCALING = "sklaplace_target_scaling_"
+
+    def _trained_scaling(self, n_outputs):
+        """(mean, std) of the standardized targets the frozen net was trained on, or None."""
+        scaling = getattr(self.net.estimator, self.TARGET_SCALING, None)
+        if scaling is None:
+            return None
+        mean, std = (np.asarray(v, dtype=np.float64).reshape(-1) for v in scaling)
+        if mean.size != n_outputs or std.size != n_outputs:
+            raise ValueError(
+                f"The frozen net was trained by a LaplaceRegressor on {mean.size} standardized "
+                f"target(s), but y has {n_outputs} outputs.")
+        return mean, std
 
     @available_if(continual.partial_fit_available)
     @_fit_context(prefer_skip_nested_validation=True)
@@ -376,7 +410,8 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
                 f"y has {y2.shape[1]} outputs but the earlier tasks had {self._n_model_outputs}.")
         sample_weight = check_fit_weight(sample_weight, X)
         y_model = (y2 - self._y_mean) / self._y_std  # the units of the first task
-        return continual.fit_next_task(self, X, y_model, self._y_std, sample_weight)
+        continual.fit_next_task(self, X, y_model, self._y_std, sample_weight)
+        return self._record_scaling()
 
     # Adam squares the gradients, of order std(y)/σ² per row: beyond ~1e15 they
     # overflow float32 (3e38) and the net silently stays at its initialization.
