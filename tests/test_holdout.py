@@ -96,19 +96,22 @@ def test_cv_regressor_tunes_sigma_and_prior_on_held_out_rows():
     est = LaplaceRegressor(net, hyperparameter_tuning="cv", normalize_y=False,
                            random_state=0).fit(X, y)
     fit, held = validation_split(len(y), est.validation_fraction, _cv_seed(est))
+    # the net of a normalize_y fit is read in its standardized units: so is sigma_noise
+    sigma_model = est.sigma_noise_ / est._y_std.mean()
     part = LaplaceRegressor(net, hyperparameter_tuning=None, normalize_y=False,
                             prior_precision=est.prior_precision_,
-                            sigma_noise=est.sigma_noise_).fit(X[fit], y[fit])
+                            sigma_noise=sigma_model).fit(X[fit], y[fit])
     mean, std = part.predict(X[held], return_std=True)
     nll = np.mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * ((y[held] - mean) / std) ** 2)
-    assert nll == pytest.approx(est.validation_nll_, rel=1e-6)
+    # validation_nll_ is in model (standardized) units, nll in the units of y
+    assert nll == pytest.approx(est.validation_nll_ + np.log(est._y_std.mean()), rel=1e-6)
     # At a fixed ρ = δ/s(σ) the predictive variance scales as σ², so σ is optimal on the
     # held-out rows exactly when the standardized squared residuals average one.
     assert np.mean(((y[held] - mean) / std) ** 2) == pytest.approx(1.0, abs=1e-4)
     # the refit keeps (δ, σ) and fits the LA on all rows
     full = LaplaceRegressor(net, hyperparameter_tuning=None, normalize_y=False,
                             prior_precision=est.prior_precision_,
-                            sigma_noise=est.sigma_noise_).fit(X, y)
+                            sigma_noise=sigma_model).fit(X, y)
     np.testing.assert_allclose(est.predict(X, return_std=True), full.predict(X, return_std=True),
                                rtol=1e-10)
 
