@@ -16,12 +16,9 @@ per weight (diag).  This module is the only place that crosses between the three
 import numpy as np
 import torch
 
-from .subsets import named_params
+from .subsets import tensor_sizes
 
-
-def tensor_sizes(module):
-    """Number of values of each (trainable) parameter tensor, in the net's order."""
-    return [p.numel() for _, p in named_params(module)]
+__all__ = ["PriorGroups", "constant_per_tensor", "expand_prior", "subset_prior", "tensor_sizes"]
 
 
 def expand_prior(prior, sizes):
@@ -111,12 +108,13 @@ class PriorGroups:
             return float(values[0])
         sizes = tensor_sizes(self.subset.module)
         whole = expand_prior(prior, sizes)
-        whole[self.subset.whole_index] = values[self.index.numpy()]
+        per_weight = values[self.index.numpy()]
+        whole[self.subset.whole_index] = per_weight
         if self.structure == "layerwise":
             # a tensor's value is its group's, also where the subset (a subnetwork) does not
             # hold the tensor's first weight; untouched tensors keep their first value
             per_tensor = whole[np.cumsum([0, *sizes[:-1]])]
             tensor_of = np.repeat(np.arange(len(sizes)), sizes)
-            per_tensor[tensor_of[self.subset.whole_index]] = values[self.index.numpy()]
+            per_tensor[tensor_of[self.subset.whole_index]] = per_weight
             return per_tensor
         return whole

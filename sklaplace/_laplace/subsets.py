@@ -35,10 +35,14 @@ def named_params(module):
     return [(k, p) for k, p in module.named_parameters() if p.requires_grad]
 
 
+def tensor_sizes(module):
+    """Number of values of each trainable parameter tensor, in the net's order."""
+    return [p.numel() for _, p in named_params(module)]
+
+
 def param_offsets(module):
     """Start offset of each trainable tensor in the flattened whole-net vector."""
-    sizes = [p.numel() for _, p in named_params(module)]
-    return np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    return np.concatenate([[0], np.cumsum(tensor_sizes(module))]).astype(int)
 
 
 def find_last_linear(module, X):
