@@ -288,3 +288,46 @@ def test_refined_estimator_pickles_and_predicts_the_same():
                             **COMMON).fit(X, y)
     again = pickle.loads(pickle.dumps(clf))
     np.testing.assert_array_equal(again.predict_proba(X), clf.predict_proba(X))
+
+
+def test_layer_jacobians_equal_the_dense_products():
+    """The factored Jacobians of a net of nn.Linear layers (used by diagonal refinement)
+    give the same products as the dense (n, C, P) Jacobians, in float64."""
+    from sklaplace._laplace.subsets import AllWeights
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3),
+                              torch.nn.Tanh(), torch.nn.Linear(3, 3, bias=False)).double()
+    X = torch.randn(7, 4, dtype=torch.float64)
+    subset = AllWeights(net)
+    f_layer, parts = subset.jacobian_factors(X)
+    f_dense, J = subset._functional_jacobians(X)
+    layer = refine_module.LayerJacobians(parts, subset.n_params)
+    dense = refine_module.DenseJacobians(J)
+    torch.testing.assert_close(f_layer, f_dense, rtol=1e-12, atol=1e-12)
+    v = torch.randn(subset.n_params, dtype=torch.float64)
+    g = torch.randn(7, 3, dtype=torch.float64)
+    var = torch.rand(subset.n_params, dtype=torch.float64)
+    B = torch.randn(7, 3, 3, dtype=torch.float64)
+    A = B @ B.transpose(1, 2)
+    for name, args in [("matvec", (v,)), ("rmatvec", (g,)), ("output_cov", (var,)),
+                       ("gram_diagonal", (A,))]:
+        torch.testing.assert_close(getattr(layer, name)(*args), getattr(dense, name)(*args),
+                                   rtol=1e-10, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("method", ["vi", "laplace"])
+def test_diagonal_refinement_is_the_same_with_factored_jacobians(method, monkeypatch):
+    """refine with hessian_structure='diag' on an MLP uses the layer factors; forcing the
+    dense Jacobians gives the same refined posterior and predictions."""
+    X, y = _data(n=40)
+    params = dict(hidden_layer_sizes=(6,), max_epochs=20, hessian_structure="diag",
+                  refine=method, **COMMON)
+    factored = LaplaceClassifier(**params).fit(X, y)
+    monkeypatch.setattr(refine_module, "training_jacobians",
+                        lambda subset, X, n_out, structure: (
+                            lambda f, J: (f, refine_module.DenseJacobians(J)))(
+                                *refine_module.cached_jacobians(subset, X, n_out)))
+    dense = LaplaceClassifier(**params).fit(X, y)
+    assert factored.refine_objective_ == pytest.approx(dense.refine_objective_, rel=1e-9)
+    np.testing.assert_allclose(factored.predict_proba(X), dense.predict_proba(X), rtol=1e-8)

@@ -14,7 +14,9 @@ posterior of the estimators is the Laplace approximation of this GLM *at θ**,
 which is its mode only when θ* is an exact MAP of the net.  Refinement does
 inference in the GLM itself, on the Jacobians J(x_n) of the training rows,
 computed once and cached (so small problems only: N·C·P floats, refused above
-:data:`JACOBIAN_BUDGET`):
+:data:`JACOBIAN_BUDGET`).  For the diagonal structure on a net whose weights all
+sit in nn.Linear layers, J stays factored per layer (:class:`LayerJacobians`,
+output c's Jacobian is g_c ⊗ a), which needs no such array:
 
 ``"laplace"``
     θ_glm = argmin L by L-BFGS on the cached Jacobians (the objective is
@@ -124,27 +126,131 @@ def cached_jacobians(subset, X, n_out):
     return torch.cat([f for f, _ in parts]), torch.cat([J for _, J in parts])
 
 
+def training_jacobians(subset, X, n_out, structure):
+    """(f(X; θ*), the training Jacobians as :class:`LayerJacobians` where the diagonal
+    structure allows it (all weights in nn.Linear layers), else :class:`DenseJacobians`)."""
+    if structure == "diag" and hasattr(subset, "jacobian_factors"):
+        factors = subset.jacobian_factors(X)
+        if factors is not None:
+            f, parts = factors
+            return f, LayerJacobians(parts, subset.n_params)
+    f, J = cached_jacobians(subset, X, n_out)
+    return f, DenseJacobians(J)
+
+
+class DenseJacobians:
+    """The training Jacobians J (n, C, P), cached, and the products refinement needs."""
+
+    def __init__(self, J):
+        self.J = J
+        self.n, self.C, self.P = J.shape
+        self.flat = J.reshape(-1, self.P)
+
+    def matvec(self, v):
+        """J v, (n, C)."""
+        return (self.flat @ v).reshape(self.n, self.C)
+
+    def rmatvec(self, g):
+        """Σ_n J_nᵀ g_n of per-row output vectors g (n, C), (P,)."""
+        return self.flat.T @ g.reshape(-1)
+
+    def output_cov(self, var):
+        """J_n diag(var) J_nᵀ of every row, (n, C, C)."""
+        return torch.cat([(self.J[sl] * var) @ self.J[sl].transpose(1, 2)
+                          for sl in self._blocks()])
+
+    def gram_diagonal(self, A):
+        """diag(Σ_n J_nᵀ A_n J_n) of per-row C × C matrices A (n, C, C), (P,)."""
+        h = torch.zeros(self.P, dtype=self.J.dtype, device=self.J.device)
+        for sl in self._blocks():
+            J = self.J[sl]
+            h += (J * (A[sl] @ J)).sum((0, 1))
+        return h
+
+    def factor(self, B):
+        """U (P, n·K) with Σ_n J_nᵀ B_n B_nᵀ J_n = U Uᵀ for B (n, C, K)."""
+        return torch.einsum("ncp,nck->pnk", self.J, B).reshape(self.P, -1)
+
+    def _blocks(self, budget=2**24):
+        """Row slices whose Jacobian block stays within ``budget`` bytes (cache-friendly)."""
+        rows = max(1, budget // (8 * self.C * self.P))
+        return [slice(s, s + rows) for s in range(0, self.n, rows)]
+
+
+class LayerJacobians:
+    """The training Jacobians of a net whose weights all sit in nn.Linear layers, kept as
+    their factors: output c's Jacobian for a layer with input a and pre-activation s is
+    g_c ⊗ a (g_c = ∂f_c/∂s), so every product below costs O(n·P + n·C²·Σ out) and no
+    (n, C, P) array is formed. ``parts``: (weight slice, bias slice or None, a (n, in),
+    G (n, C, out)) per layer, as :meth:`AllWeights.jacobian_factors` returns them.
+    """
+
+    def __init__(self, parts, n_params):
+        self.parts = parts
+        self.n, self.C = parts[0][3].shape[:2]
+        self.P = n_params
+        self.dtype, self.device = parts[0][3].dtype, parts[0][3].device
+
+    def matvec(self, v):
+        out = torch.zeros(self.n, self.C, dtype=self.dtype, device=self.device)
+        for w, b, a, G in self.parts:
+            s = a @ v[w].reshape(G.shape[2], a.shape[1]).T
+            if b is not None:
+                s = s + v[b]
+            out += (G @ s[:, :, None])[..., 0]
+        return out
+
+    def rmatvec(self, g):
+        result = torch.zeros(self.P, dtype=self.dtype, device=self.device)
+        for w, b, a, G in self.parts:
+            u = (g[:, None, :] @ G)[:, 0]  # (n, out)
+            result[w] = (u.T @ a).reshape(-1)
+            if b is not None:
+                result[b] = u.sum(0)
+        return result
+
+    def output_cov(self, var):
+        V = torch.zeros(self.n, self.C, self.C, dtype=self.dtype, device=self.device)
+        for w, b, a, G in self.parts:
+            t = a.square() @ var[w].reshape(G.shape[2], a.shape[1]).T
+            if b is not None:
+                t = t + var[b]
+            V += (G * t[:, None, :]) @ G.transpose(1, 2)
+        return V
+
+    def gram_diagonal(self, A):
+        h = torch.zeros(self.P, dtype=self.dtype, device=self.device)
+        for w, b, a, G in self.parts:
+            M = ((A @ G) * G).sum(1)  # (n, out): g_oᵀ A_n g_o
+            h[w] = (M.T @ a.square()).reshape(-1)
+            if b is not None:
+                h[b] = M.sum(0)
+        return h
+
+
 class GLM:
-    """The linearized model's data term on cached Jacobians.
+    """The linearized model's data term on the training Jacobians.
 
     ``s·Σ_n w_n ℓ_n(f)`` with ℓ the likelihood's NLL (for a Gaussian,
-    ½‖out_scale ⊙ (y − f)‖²), its gradient and Hessian factors in f.
+    ½‖out_scale ⊙ (y − f)‖²), its gradient and Hessian factors in f. ``J``: the
+    Jacobians (n, C, P), or a :class:`DenseJacobians` / :class:`LayerJacobians`.
     """
 
     def __init__(self, likelihood, f0, J, y, theta_star, s, out_scale, weight=None):
         self.likelihood = likelihood
         self.gaussian = likelihood.has_noise
-        self.f0, self.J, self.y = f0, J, y
+        self.jac = DenseJacobians(J) if isinstance(J, torch.Tensor) else J
+        self.f0, self.y = f0, y
         self.theta_star = theta_star
         self.s = float(s)
         self.out_scale = out_scale
-        self.n, self.C, self.P = J.shape
-        self.w = (torch.ones(self.n, dtype=J.dtype, device=J.device) if weight is None
-                  else weight.to(J.dtype))
-        self.J2 = J.reshape(-1, self.P)
+        self.n, self.C, self.P = self.jac.n, self.jac.C, self.jac.P
+        self.dtype, self.device = f0.dtype, f0.device
+        self.w = (torch.ones(self.n, dtype=self.dtype, device=self.device) if weight is None
+                  else weight.to(self.dtype))
 
     def outputs(self, theta):
-        return self.f0 + (self.J2 @ (theta - self.theta_star)).reshape(self.n, self.C)
+        return self.f0 + self.jac.matvec(theta - self.theta_star)
 
     def row_nll(self, f):
         if self.gaussian:
@@ -166,12 +272,18 @@ class GLM:
 
     def pull_back(self, g):
         """Jᵀ-product of per-row output vectors g (n, C) → (P,)."""
-        return self.J2.T @ g.reshape(-1)
+        return self.jac.rmatvec(g)
 
-    def curvature_factor(self, F):
-        """U (P, n·K) with Σ_n w_n J_nᵀ F_n F_nᵀ J_n = U Uᵀ."""
+    def curvature_posterior(self, F, structure):
+        """The posterior structure of Σ_n w_n J_nᵀ F_n F_nᵀ J_n (full: through the smaller
+        of the P × P matrix and the kernel; diag: its diagonal)."""
         F = F * self.w.sqrt()[:, None, None]
-        return torch.einsum("ncp,nck->pnk", self.J, F).reshape(self.P, -1)
+        if structure == "diag":
+            return DiagPosterior(self.jac.gram_diagonal(F @ F.transpose(1, 2)))
+        U = self.jac.factor(F)
+        if U.shape[1] < U.shape[0]:
+            return EigenPosterior.from_factor(U)
+        return EigenPosterior.from_matrix(U @ U.T)
 
 
 def _prior_quadratic(delta, theta):
@@ -195,7 +307,7 @@ def glm_mode(glm, delta, start):
     def gradient(theta, f):
         return glm.s * glm.pull_back(glm.residual(f) * glm.w[:, None]) + delta * theta
 
-    device = glm.J.device  # scipy's iterates live on the CPU, the GLM where the net is
+    device = glm.device  # scipy's iterates live on the CPU, the GLM where the net is
 
     def fun(x):
         theta = torch.from_numpy(x).to(device)
@@ -217,8 +329,8 @@ def glm_mode(glm, delta, start):
         F = glm.factors(f) * (glm.s * glm.w).sqrt()[:, None, None]
 
         def hvp(v, F=F):
-            u = (glm.J2 @ v).reshape(glm.n, glm.C, 1)
-            return glm.pull_back(F @ (F.transpose(1, 2) @ u)) + delta * v
+            u = glm.jac.matvec(v)[:, :, None]
+            return glm.pull_back((F @ (F.transpose(1, 2) @ u))[..., 0]) + delta * v
 
         theta = theta - _conjugate_gradient(hvp, grad, 1e-3 * tol)
         n_iter += 1
@@ -242,16 +354,6 @@ def _conjugate_gradient(matvec, b, atol, max_iter=1000):
         rr, rr_old = float(r @ r), rr
         p = r + (rr / rr_old) * p
     return x
-
-
-def posterior_from_factor(U, structure):
-    """The posterior structure of the curvature U Uᵀ (full: through the smaller of the
-    P × P matrix and the kernel UᵀU; diag: its diagonal)."""
-    if structure == "diag":
-        return DiagPosterior((U**2).sum(1))
-    if U.shape[1] < U.shape[0]:
-        return EigenPosterior.from_factor(U)
-    return EigenPosterior.from_matrix(U @ U.T)
 
 
 # ----------------------------------------------------------------------------- VI
@@ -286,7 +388,7 @@ class _Expectations:
     def __init__(self, glm, generator):
         self.glm = glm
         self.eps = None if glm.gaussian else torch.randn(  # CPU draws: the same on any device
-            VI_MC_SAMPLES, glm.n, glm.C, generator=generator, dtype=glm.J.dtype).to(glm.J.device)
+            VI_MC_SAMPLES, glm.n, glm.C, generator=generator, dtype=glm.dtype).to(glm.device)
 
     def nll(self, mu, V):
         glm = self.glm
@@ -314,12 +416,6 @@ class _Expectations:
         return mu[None] + torch.einsum("ncd,snd->snc", L, self.eps)
 
 
-def _row_blocks(glm, budget=2**24):
-    """Row slices whose Jacobian block stays within ``budget`` bytes (cache-friendly)."""
-    rows = max(1, budget // (8 * glm.C * glm.P))
-    return [slice(s, s + rows) for s in range(0, glm.n, rows)]
-
-
 class _Gaussian:
     """q(θ) = N(m, S) with S⁻¹ = D + Jᵀ A J (full) or D + diag(Jᵀ A J) (diag).
 
@@ -334,16 +430,11 @@ class _Gaussian:
     def __init__(self, structure, glm, m, A, delta):
         self.structure, self.glm, self.m, self.A, self.delta = structure, glm, m, A, delta
         self.kernel = False
-        if structure == "diag":  # diag(Jᵀ A J) over row blocks: no P × n·C factor
-            h = torch.zeros(glm.P, dtype=glm.J.dtype, device=glm.J.device)
-            for sl in _row_blocks(glm):
-                J = glm.J[sl]
-                h += (J * (A[sl] @ J)).sum((0, 1))
-            self.h = h
-            self.precision = delta + h
+        if structure == "diag":  # diag(Jᵀ A J): no P × n·C factor
+            self.h = glm.jac.gram_diagonal(A)
+            self.precision = delta + self.h
             return
-        B = _sym_sqrt(A)
-        self.U = torch.einsum("ncp,nck->pnk", glm.J, B).reshape(glm.P, -1)
+        self.U = glm.jac.factor(_sym_sqrt(A))
         if self.U.shape[1] < glm.P:
             self.kernel = True
             UD = self.U / delta[:, None]
@@ -360,19 +451,17 @@ class _Gaussian:
 
     def output_cov(self):
         """V_n = J_n S J_nᵀ for every training row, (n, C, C)."""
-        J = self.glm.J
+        jac = self.glm.jac
         if self.structure == "diag":
-            var = 1.0 / self.precision
-            return torch.cat([(J[sl] * var) @ J[sl].transpose(1, 2)
-                              for sl in _row_blocks(self.glm)])
+            return jac.output_cov(1.0 / self.precision)
         if self.kernel:
-            base = (J / self.delta) @ J.transpose(1, 2)
-            W = self.glm.J2 @ self.UD  # (n·C, n·K): rows J_n D⁻¹ U
+            base = jac.output_cov(1.0 / self.delta)
+            W = jac.flat @ self.UD  # (n·C, n·K): rows J_n D⁻¹ U
             X = torch.linalg.solve_triangular(self.chol, W.T, upper=False)
             X = X.T.reshape(self.glm.n, self.glm.C, -1)
             return base - X @ X.transpose(1, 2)
-        n, C, P = J.shape
-        X = torch.linalg.solve_triangular(self.chol, self.glm.J2.T, upper=False)
+        n, C, P = jac.J.shape
+        X = torch.linalg.solve_triangular(self.chol, jac.flat.T, upper=False)
         X = X.T.reshape(n, C, P)
         return X @ X.transpose(1, 2)
 
@@ -407,7 +496,9 @@ class _Gaussian:
         delta = self.delta if self.delta.unique().numel() > 1 else self.delta[0]
         if self.structure == "diag":
             return DiagPosterior(self.h).with_prior(delta, one)
-        return posterior_from_factor(self.U, self.structure).with_prior(delta, one)
+        if self.U.shape[1] < self.U.shape[0]:
+            return EigenPosterior.from_factor(self.U).with_prior(delta, one)
+        return EigenPosterior.from_matrix(self.U @ self.U.T).with_prior(delta, one)
 
 
 def _elbo(glm, q, expect):
@@ -477,7 +568,7 @@ def refine_posterior(method, structure, subset, likelihood, X, y, weight, delta,
             f"is {structure!r}. Set hessian_structure='full' or 'diag', or refine=None.")
     log = log or (lambda message: None)
     with torch.no_grad():
-        f0, J = cached_jacobians(subset, X, n_out)
+        f0, J = training_jacobians(subset, X, n_out, structure)
         glm = GLM(likelihood, f0, J, y, subset.theta, s, out_scale, weight)
         delta_p = delta.expand(glm.P) if delta.dim() == 0 else delta
         if method == "laplace":
@@ -490,8 +581,8 @@ def refine_posterior(method, structure, subset, likelihood, X, y, weight, delta,
                     "iterate.",
                     ConvergenceWarning)
             after = log_joint(glm, theta, delta_p)
-            U = glm.curvature_factor(glm.factors(glm.outputs(theta)))
-            posterior = posterior_from_factor(U, structure).with_prior(delta, s)
+            F = glm.factors(glm.outputs(theta))
+            posterior = glm.curvature_posterior(F, structure).with_prior(delta, s)
         else:
             generator = torch.Generator().manual_seed(int(random_state))
             q, before, after, n_iter = natural_gradient_vi(glm, delta, structure, generator)

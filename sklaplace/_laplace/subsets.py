@@ -282,6 +282,17 @@ class AllWeights:
         J = torch.cat([jac[k].reshape(n, jac[k].shape[1], -1) for k in self.names], dim=2)
         return self.forward(X), J
 
+    def jacobian_factors(self, X):
+        """(f, [(weight slice, bias slice or None, a, G) per nn.Linear layer]) with the
+        Jacobian of output c in a layer g_c ⊗ a (see :func:`_output_gradients`), or None
+        when some weight lies outside nn.Linear or a layer is not run once per row."""
+        layers = self._layers()
+        out = _output_gradients(self.module, layers, X) if layers else None
+        if out is None:
+            return None
+        f, inputs, G = out
+        return f, [(w, b, a, g) for (_, w, b), a, g in zip(layers, inputs, G)]
+
     def moments(self, X, posterior):
         """MAP outputs and J Σ Jᵀ: layer-wise for Kronecker and diagonal posteriors of
         nets whose weights all sit in nn.Linear layers, else from the Jacobians."""
