@@ -324,10 +324,12 @@ def test_diagonal_refinement_is_the_same_with_factored_jacobians(method, monkeyp
     params = dict(hidden_layer_sizes=(6,), max_epochs=20, hessian_structure="diag",
                   refine=method, **COMMON)
     factored = LaplaceClassifier(**params).fit(X, y)
-    monkeypatch.setattr(refine_module, "training_jacobians",
-                        lambda subset, X, n_out, structure: (
-                            lambda f, J: (f, refine_module.DenseJacobians(J)))(
-                                *refine_module.cached_jacobians(subset, X, n_out)))
+
+    def dense_jacobians(subset, X, n_out, structure):
+        f, J = refine_module.cached_jacobians(subset, X, n_out)
+        return f, refine_module.DenseJacobians(J)
+
+    monkeypatch.setattr(refine_module, "training_jacobians", dense_jacobians)
     dense = LaplaceClassifier(**params).fit(X, y)
     assert factored.refine_objective_ == pytest.approx(dense.refine_objective_, rel=1e-9)
     np.testing.assert_allclose(factored.predict_proba(X), dense.predict_proba(X), rtol=1e-8)

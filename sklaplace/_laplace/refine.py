@@ -52,6 +52,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .curvature import check_budget
 from .posterior import DiagPosterior, EigenPosterior
+from .posterior.diag import layer_diag_variance
 
 #: Bytes of the cached training Jacobians (N·C·P float64) above which refinement is refused.
 JACOBIAN_BUDGET = 2 * 2**30
@@ -210,13 +211,7 @@ class LayerJacobians:
         return result
 
     def output_cov(self, var):
-        V = torch.zeros(self.n, self.C, self.C, dtype=self.dtype, device=self.device)
-        for w, b, a, G in self.parts:
-            t = a.square() @ var[w].reshape(G.shape[2], a.shape[1]).T
-            if b is not None:
-                t = t + var[b]
-            V += (G * t[:, None, :]) @ G.transpose(1, 2)
-        return V
+        return sum(layer_diag_variance(a, G, var, w, b) for w, b, a, G in self.parts)
 
     def gram_diagonal(self, A):
         h = torch.zeros(self.P, dtype=self.dtype, device=self.device)
@@ -275,15 +270,20 @@ class GLM:
         return self.jac.rmatvec(g)
 
     def curvature_posterior(self, F, structure):
-        """The posterior structure of Σ_n w_n J_nᵀ F_n F_nᵀ J_n (full: through the smaller
-        of the P × P matrix and the kernel; diag: its diagonal)."""
+        """The posterior structure of Σ_n w_n J_nᵀ F_n F_nᵀ J_n (full: :func:`eigen_posterior`;
+        diag: its diagonal)."""
         F = F * self.w.sqrt()[:, None, None]
         if structure == "diag":
             return DiagPosterior(self.jac.gram_diagonal(F @ F.transpose(1, 2)))
-        U = self.jac.factor(F)
-        if U.shape[1] < U.shape[0]:
-            return EigenPosterior.from_factor(U)
-        return EigenPosterior.from_matrix(U @ U.T)
+        return eigen_posterior(self.jac.factor(F))
+
+
+def eigen_posterior(U):
+    """The full posterior structure of the curvature U Uᵀ, through the smaller of the
+    P × P matrix and the kernel UᵀU."""
+    if U.shape[1] < U.shape[0]:
+        return EigenPosterior.from_factor(U)
+    return EigenPosterior.from_matrix(U @ U.T)
 
 
 def _prior_quadratic(delta, theta):
@@ -496,9 +496,7 @@ class _Gaussian:
         delta = self.delta if self.delta.unique().numel() > 1 else self.delta[0]
         if self.structure == "diag":
             return DiagPosterior(self.h).with_prior(delta, one)
-        if self.U.shape[1] < self.U.shape[0]:
-            return EigenPosterior.from_factor(self.U).with_prior(delta, one)
-        return EigenPosterior.from_matrix(self.U @ self.U.T).with_prior(delta, one)
+        return eigen_posterior(self.U).with_prior(delta, one)
 
 
 def _elbo(glm, q, expect):

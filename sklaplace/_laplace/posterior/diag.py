@@ -5,6 +5,17 @@ import torch
 from .base import Posterior
 
 
+def layer_diag_variance(a, G, var, weight, bias):
+    """J diag(var) Jᵀ of one nn.Linear layer from its input ``a`` (n, in) and the output
+    gradients ``G`` (n, C, out) of its pre-activation (θ slices ``weight``, ``bias``):
+    output c's Jacobian is g_c ⊗ a, so the block is G diag(a² V_Wᵀ) Gᵀ."""
+    t = a.square() @ var[weight].reshape(G.shape[2], a.shape[1]).T
+    out = (G * t[:, None, :]) @ G.transpose(1, 2)
+    if bias is not None:
+        out = out + (G * var[bias]) @ G.transpose(1, 2)
+    return out
+
+
 class DiagPosterior(Posterior):
     structure = "diag"
 
@@ -26,14 +37,8 @@ class DiagPosterior(Posterior):
         return (J * self._var) @ J.transpose(1, 2)
 
     def layer_variance(self, a, G, weight, bias):
-        """J Σ Jᵀ of one nn.Linear layer from its input ``a`` (n, in) and the output
-        gradients ``G`` (n, C, out) of its pre-activation (θ slices ``weight``, ``bias``):
-        output c's Jacobian is g_c ⊗ a, so the block is G diag(a² V_Wᵀ) Gᵀ."""
-        t = a.square() @ self._var[weight].reshape(G.shape[2], a.shape[1]).T
-        var = (G * t[:, None, :]) @ G.transpose(1, 2)
-        if bias is not None:
-            var = var + (G * self._var[bias]) @ G.transpose(1, 2)
-        return var
+        """J Σ Jᵀ of one nn.Linear layer (see :func:`layer_diag_variance`)."""
+        return layer_diag_variance(a, G, self._var, weight, bias)
 
     def last_layer_variance(self, phi, n_out, has_bias, scratch=False):
         """J Σ Jᵀ for f = W φ + b without forming J (θ = [vec W, b]); ``phi`` is only read."""
