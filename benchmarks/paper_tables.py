@@ -131,6 +131,8 @@ CLASSIFICATION_COLUMNS = MappingProxyType({
     "glm_refine_laplace": None,  # the paper's refine columns are VI
     "glm_refine_laplace_diag": None,
     "gp": "glm",  # the GP predictive on all rows is the full GLM predictive
+    "glm_refine_elbo": None,  # δ by the ELBO, not by validation NLL as in the paper
+    "glm_refine_diag_elbo": None,
 })
 
 #: Our data set name → the paper's row name.

@@ -37,6 +37,17 @@ def test_uci_quick_mode(tmp_path, data_dir, capsys, monkeypatch):
         assert by_key[(d, "gp")]["nll_mean"] == pytest.approx(by_key[(d, "glm")]["nll_mean"],
                                                               rel=1e-6)
 
+    # the ELBO rows are the VI fits of their base row at the δ of the largest ELBO
+    cells = {(r["dataset"], r["method"]): r
+             for r in uci.Cache(cache, uci.Config(**uci.QUICK)).results("classification")}
+    for d in uci.QUICK_DATASETS["classification"]:
+        for elbo_method, base_method in uci.ELBO_METHODS.items():
+            base, by_elbo = cells[(d, base_method)], cells[(d, elbo_method)]
+            assert by_elbo["test_nll_grid"] == base["test_nll_grid"]
+            best = max(range(len(by_elbo["elbo_grid"])), key=by_elbo["elbo_grid"].__getitem__)
+            assert by_elbo["nll"] == base["test_nll_grid"][best]
+            assert by_elbo["prior_precision"] == float(uci.Config(**uci.QUICK).deltas("classification", d)[best])
+
     with open(out_csv, newline="") as fh:
         table = list(csv.DictReader(fh))
     assert len(table) == len(expected)
