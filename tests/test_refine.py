@@ -244,6 +244,35 @@ def test_vi_elbo_is_exact_for_a_gaussian_likelihood(structure, n_params):
                                S @ np.ones(P), rtol=1e-9)
 
 
+@pytest.mark.parametrize("n_params", [12, 40])
+def test_full_gaussian_with_coupled_outputs_matches_dense_algebra(n_params):
+    """q = N(m, S), S⁻¹ = Jᵀ A J + D with full C × C blocks A_n: the per-row output
+    covariances J_n S J_nᵀ, S g and the KL in weight space (n·C ≥ P) and through the prior
+    kernel J D⁻¹ Jᵀ (n·C < P) against numpy."""
+    rng = np.random.RandomState(5)
+    n, C, P = 8, 3, n_params
+    J = torch.as_tensor(rng.randn(n, C, P))
+    y = torch.as_tensor(rng.randn(n, C))
+    star = torch.as_tensor(rng.randn(P))
+    glm = refine_module.GLM(LIKELIHOODS["gaussian"](), torch.zeros(n, C), J, y, star, 1.0,
+                            torch.ones(C, dtype=torch.float64))
+    R = rng.randn(n, C, C)
+    A = torch.as_tensor(R @ R.transpose(0, 2, 1) + 0.1 * np.eye(C))
+    delta = torch.as_tensor(rng.uniform(0.3, 2.0, size=P))
+    m = torch.as_tensor(rng.randn(P))
+    q = refine_module._Gaussian("full", glm, m, A, delta)
+    assert q.kernel == (n * C < P)
+    Jm, d = J.numpy(), delta.numpy()
+    S = np.linalg.inv(np.einsum("ncp,ncd,ndq->pq", Jm, A.numpy(), Jm) + np.diag(d))
+    np.testing.assert_allclose(q.output_cov().numpy(), Jm @ S @ Jm.transpose(0, 2, 1),
+                               rtol=1e-8, atol=1e-10)
+    g = rng.randn(P)
+    np.testing.assert_allclose(q.solve(torch.as_tensor(g)).numpy(), S @ g, rtol=1e-8)
+    kl = 0.5 * (np.trace(np.diag(d) @ S) + m.numpy() @ (d * m.numpy()) - P
+                - np.linalg.slogdet(S)[1] - np.log(d).sum())
+    assert q.kl() == pytest.approx(kl, rel=1e-10)
+
+
 def test_refine_refuses_jacobians_beyond_the_budget(monkeypatch):
     X, y = _data(n=30)
     monkeypatch.setattr(refine_module, "JACOBIAN_BUDGET", 1000)
