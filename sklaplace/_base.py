@@ -333,6 +333,15 @@ class BaseLaplace(BaseEstimator):
                 raise ValueError(
                     f"refine={self.refine!r} needs {name} in {list(allowed)} (the GLM's "
                     f"Gaussian, full or diagonal, with its exact Hessian), got {value!r}.")
+        if self.hyperparameter_tuning == "cv":
+            # "cv" scores the unrefined predictive: its one-SE rule drifts to the largest δ
+            # (the LA collapsed onto the MAP), a prior under which the refined GLM's mean
+            # shrinks towards θ = 0, far from θ*, where the linearization says nothing.
+            raise ValueError(
+                f"refine={self.refine!r} does not combine with hyperparameter_tuning='cv', "
+                "whose held-out choice of δ scores the unrefined predictive; use "
+                "hyperparameter_tuning='evidence' (what 'auto' means with refine), 'online' "
+                "or None.")
 
     # ------------------------------------------------------------ the network
     def _prepare_net(self, n_features, n_outputs):

@@ -53,8 +53,9 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     hyperparameter_tuning : {"auto", "evidence", "online", "cv"} or None, default="auto"
         How δ is chosen; the result is in ``hyperparameter_tuning_``.
         ``"auto"``: ``"cv"`` (``"evidence"`` with a non-scalar
-        ``prior_structure``, a ``FrozenEstimator`` net, or when fewer than 10
-        rows would be held out; the choice and its scoreboard are in the README).
+        ``prior_structure``, a ``FrozenEstimator`` net, ``refine``, or when
+        fewer than 10 rows would be held out; the choice and its scoreboard are
+        in the README).
         ``"evidence"``: maximise the Laplace log evidence after training,
         bounded to log10 δ ∈ [−4, 4] (warns at a bound). ``"online"``: Immer et
         al. (2021) Alg. 1 during training (all weights). ``None``: keep the
@@ -113,8 +114,10 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         there (its exact Hessian); ``"vi"``: Gaussian variational inference in
         the GLM by natural-gradient steps from the Laplace-GGN posterior. Full or
         diagonal (``hessian_structure``), GGN curvature, ``pred_type`` "glm" or
-        "nn"; it runs after δ (and σ) are chosen, and the predictive mean moves
-        to the refined one. ``None``: the Laplace-GGN posterior at θ*.
+        "nn"; it runs after δ (and σ) are chosen, as the GLM's prior, by
+        ``hyperparameter_tuning`` "evidence", "online" or None ("cv" is refused:
+        it scores the unrefined predictive), and the predictive mean moves to
+        the refined one. ``None``: the Laplace-GGN posterior at θ*.
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes as in ``LogisticRegression``: each row's weight
         (multiplied into ``sample_weight``) is ``class_weight[y_i]``;
@@ -315,8 +318,10 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         # would hold out: their NLL is then in-sample and the one-SE rule drifts to the
         # largest δ (the LA collapses onto the MAP). The evidence needs no held-out rows.
         held_out = int(np.ceil(self.validation_fraction * n_rows))
+        # Refinement does inference under the prior δ: the evidence's δ is one, while
+        # "cv" picks the width of the unrefined predictive (see _validate_refine).
         if (self.prior_structure != "scalar" or held_out < self.MIN_HELD_OUT_ROWS
-                or isinstance(self.net, FrozenEstimator)):
+                or isinstance(self.net, FrozenEstimator) or self.refine is not None):
             return "evidence"
         return "cv"
 

@@ -103,8 +103,10 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         there (its exact Hessian); ``"vi"``: Gaussian variational inference in
         the GLM by natural-gradient steps from the Laplace-GGN posterior. Full or
         diagonal (``hessian_structure``), GGN curvature, ``pred_type`` "glm" or
-        "nn"; it runs after δ (and σ) are chosen, and the predictive mean moves
-        to the refined one. ``None``: the Laplace-GGN posterior at θ*.
+        "nn"; it runs after δ (and σ) are chosen, as the GLM's prior, by
+        ``hyperparameter_tuning`` "evidence", "online" or None ("cv" is refused:
+        it scores the unrefined predictive), and the predictive mean moves to
+        the refined one. ``None``: the Laplace-GGN posterior at θ*.
     sigma_noise : float or array-like, default=1.0
         Observation noise σ of MAP training and the start of tuning (one per
         output allowed); tuned by the evidence unless
