@@ -274,11 +274,16 @@ def test_full_gaussian_with_coupled_outputs_matches_dense_algebra(n_params):
 
 
 def test_refine_refuses_jacobians_beyond_the_budget(monkeypatch):
-    X, y = _data(n=30)
+    """The dense Jacobians (full structure through the kernel, n·C = 30 < P = 163) are
+    refused beyond the budget; the layer factors (n·C ≥ P) need no N·C·P array."""
+    X, y = _data(n=10)
     monkeypatch.setattr(refine_module, "JACOBIAN_BUDGET", 1000)
     with pytest.raises(MemoryError, match="JACOBIAN_BUDGET"):
-        LaplaceClassifier(_frozen(4, 3), hessian_structure="full", refine="laplace",
-                          **COMMON).fit(X, y)
+        LaplaceClassifier(_frozen(4, 3, hidden=20), hessian_structure="full",
+                          refine="laplace", **COMMON).fit(X, y)
+    X, y = _data(n=30)
+    LaplaceClassifier(_frozen(4, 3), hessian_structure="full", refine="laplace",
+                      **COMMON).fit(X, y)
 
 
 @pytest.mark.parametrize("params, name", [
@@ -343,21 +348,39 @@ def test_layer_jacobians_equal_the_dense_products():
                        ("gram_diagonal", (A,))]:
         torch.testing.assert_close(getattr(layer, name)(*args), getattr(dense, name)(*args),
                                    rtol=1e-10, atol=1e-12, msg=name)
+    # the full structure in weight space: Σ J_nᵀ A_n J_n and J_n S J_nᵀ of a dense S
+    torch.testing.assert_close(layer.gram(A), torch.einsum("ncp,ncd,ndq->pq", J, A, J),
+                               rtol=1e-10, atol=1e-12)
+    R = torch.randn(subset.n_params, subset.n_params, dtype=torch.float64)
+    S = R @ R.T
+    torch.testing.assert_close(layer.output_cov_dense(S), J @ S @ J.transpose(1, 2),
+                               rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("structure", ["diag", "full"])
 @pytest.mark.parametrize("method", ["vi", "laplace"])
-def test_diagonal_refinement_is_the_same_with_factored_jacobians(method, monkeypatch):
-    """refine with hessian_structure='diag' on an MLP uses the layer factors; forcing the
-    dense Jacobians gives the same refined posterior and predictions."""
+def test_refinement_is_the_same_with_factored_jacobians(method, structure, monkeypatch):
+    """refine on an MLP uses the layer factors (diag; full when n·C ≥ P, here 120 ≥ 51);
+    forcing the dense Jacobians gives the same refined posterior and predictions."""
     X, y = _data(n=40)
-    params = dict(hidden_layer_sizes=(6,), max_epochs=20, hessian_structure="diag",
+    params = dict(hidden_layer_sizes=(6,), max_epochs=20, hessian_structure=structure,
                   refine=method, **COMMON)
+    kinds = []
+    factored_jacobians = refine_module.training_jacobians
+
+    def recorded(*args):
+        f, jac = factored_jacobians(*args)
+        kinds.append(type(jac).__name__)
+        return f, jac
+
+    monkeypatch.setattr(refine_module, "training_jacobians", recorded)
     factored = LaplaceClassifier(**params).fit(X, y)
 
     def dense_jacobians(subset, X, n_out, structure):
         f, J = refine_module.cached_jacobians(subset, X, n_out)
         return f, refine_module.DenseJacobians(J)
 
+    assert kinds == ["LayerJacobians"]
     monkeypatch.setattr(refine_module, "training_jacobians", dense_jacobians)
     dense = LaplaceClassifier(**params).fit(X, y)
     assert factored.refine_objective_ == pytest.approx(dense.refine_objective_, rel=1e-9)

@@ -14,9 +14,10 @@ posterior of the estimators is the Laplace approximation of this GLM *at θ**,
 which is its mode only when θ* is an exact MAP of the net.  Refinement does
 inference in the GLM itself, on the Jacobians J(x_n) of the training rows,
 computed once and cached (so small problems only: N·C·P floats, refused above
-:data:`JACOBIAN_BUDGET`).  For the diagonal structure on a net whose weights all
-sit in nn.Linear layers, J stays factored per layer (:class:`LayerJacobians`,
-output c's Jacobian is g_c ⊗ a), which needs no such array:
+:data:`JACOBIAN_BUDGET`).  On a net whose weights all sit in nn.Linear layers, J
+stays factored per layer (:class:`LayerJacobians`, output c's Jacobian is
+g_c ⊗ a), which needs no such array, for the diagonal structure and for the full
+one in weight space (N·C ≥ P; the kernel path N·C < P needs J itself):
 
 ``"laplace"``
     θ_glm = argmin L by L-BFGS on the cached Jacobians (the objective is
@@ -128,9 +129,11 @@ def cached_jacobians(subset, X, n_out):
 
 
 def training_jacobians(subset, X, n_out, structure):
-    """(f(X; θ*), the training Jacobians as :class:`LayerJacobians` where the diagonal
-    structure allows it (all weights in nn.Linear layers), else :class:`DenseJacobians`)."""
-    if structure == "diag" and hasattr(subset, "jacobian_factors"):
+    """(f(X; θ*), the training Jacobians as :class:`LayerJacobians` where the structure
+    allows it (all weights in nn.Linear layers; for the full structure only in weight
+    space, n·C ≥ P, as the kernel path needs J itself), else :class:`DenseJacobians`)."""
+    factored = structure == "diag" or len(X) * n_out >= subset.n_params
+    if factored and hasattr(subset, "jacobian_factors"):
         factors = subset.jacobian_factors(X)
         if factors is not None:
             f, parts = factors
@@ -222,6 +225,61 @@ class LayerJacobians:
                 h[b] = M.sum(0)
         return h
 
+    def _layers(self):
+        """Per layer: the weights' (and bias') indices as (out, in [+ 1]), the inputs a
+        (with a column of ones for the bias) and G: the layer's Jacobian is g ⊗ a."""
+        layers = []
+        for w, b, a, G in self.parts:
+            index = torch.arange(w.start, w.stop, device=self.device).reshape(G.shape[2], -1)
+            if b is not None:
+                bias = torch.arange(b.start, b.stop, device=self.device)[:, None]
+                index = torch.cat([index, bias], 1)
+                a = torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype, device=a.device)], 1)
+            layers.append((index, a, G))
+        return layers
+
+    def _row_chunks(self, width, budget=2**24):
+        rows = max(1, budget // max(1, width))
+        return [slice(s, s + rows) for s in range(0, self.n, rows)]
+
+    def gram(self, A):
+        """Σ_n J_nᵀ A_n J_n (P, P): per pair of layers Σ_n (G_nᵀ A_n G'_n) ⊗ (a_n a'_nᵀ), one
+        GEMM over the rows, O(n·P²) instead of O(n·C·P²)."""
+        layers = self._layers()
+        H = torch.zeros(self.P, self.P, dtype=self.dtype, device=self.device)
+        for k, (index, a, G) in enumerate(layers):
+            AG = A @ G
+            (o, i), rows = index.shape, index.reshape(-1)
+            for index2, a2, G2 in layers[k:]:
+                o2, i2 = index2.shape
+                block = torch.zeros(o * o2, i * i2, dtype=self.dtype, device=self.device)
+                for sl in self._row_chunks(max(o * o2, i * i2)):
+                    M = (G2[sl].transpose(1, 2) @ AG[sl]).transpose(1, 2)  # (m, o, o2)
+                    Z = a[sl][:, :, None] * a2[sl][:, None, :]  # (m, i, i2)
+                    block += M.reshape(len(M), -1).T @ Z.reshape(len(Z), -1)
+                block = block.reshape(o, o2, i, i2).permute(0, 2, 1, 3).reshape(o * i, -1)
+                cols = index2.reshape(-1)
+                H[rows[:, None], cols[None, :]] = block
+                H[cols[:, None], rows[None, :]] = block.T
+        return H
+
+    def output_cov_dense(self, S):
+        """J_n S J_nᵀ of every row for a dense S (P, P), (n, C, C), in O(n·P²)."""
+        layers = self._layers()
+        # S's rows of each layer as (in, out·P): J_n S = Σ_layers G_n (a_nᵀ S_layer)
+        rows_of = [S[index.reshape(-1)].reshape(*index.shape, -1).transpose(0, 1)
+                   .reshape(index.shape[1], -1) for index, _, _ in layers]
+        V = torch.zeros(self.n, self.C, self.C, dtype=self.dtype, device=self.device)
+        width = max(index.shape[0] for index, _, _ in layers) * self.P
+        for sl in self._row_chunks(width):
+            JS = 0
+            for (index, a, G), R in zip(layers, rows_of):
+                Y = (a[sl] @ R).reshape(-1, index.shape[0], self.P)  # (m, out, P)
+                JS = JS + G[sl] @ Y  # (m, C, P)
+            for index, a, G in layers:
+                Q = JS[:, :, index.reshape(-1)].reshape(*JS.shape[:2], *index.shape)
+                V[sl] += (Q @ a[sl][:, None, :, None])[..., 0] @ G[sl].transpose(1, 2)
+        return V
 
 class GLM:
     """The linearized model's data term on the training Jacobians.
@@ -275,6 +333,8 @@ class GLM:
         F = F * self.w.sqrt()[:, None, None]
         if structure == "diag":
             return DiagPosterior(self.jac.gram_diagonal(F @ F.transpose(1, 2)))
+        if isinstance(self.jac, LayerJacobians):
+            return EigenPosterior.from_matrix(self.jac.gram(F @ F.transpose(1, 2)))
         return eigen_posterior(self.jac.factor(F))
 
 
@@ -433,9 +493,16 @@ class _Gaussian:
     def __init__(self, structure, glm, m, A, delta, prior_kernel=None):
         self.structure, self.glm, self.m, self.A, self.delta = structure, glm, m, A, delta
         self.kernel = False
+        self.gram = self._covariance = None
         if structure == "diag":  # diag(Jᵀ A J): no P × n·C factor
             self.h = glm.jac.gram_diagonal(A)
             self.precision = delta + self.h
+            return
+        if isinstance(glm.jac, LayerJacobians):  # weight space from the layer factors
+            self.gram = glm.jac.gram(A)
+            precision = self.gram.clone()
+            precision.diagonal().add_(delta)
+            self.chol = torch.linalg.cholesky(precision)
             return
         B = _sym_sqrt(A)  # (n, C, K)
         self.U = glm.jac.factor(B)
@@ -467,10 +534,18 @@ class _Gaussian:
             X = torch.linalg.solve_triangular(self.chol, self.W.T, upper=False)
             X = X.T.reshape(self.glm.n, self.glm.C, -1)
             return base - X @ X.transpose(1, 2)
+        if self.gram is not None:
+            return jac.output_cov_dense(self.covariance())
         n, C, P = jac.J.shape
         X = torch.linalg.solve_triangular(self.chol, jac.flat.T, upper=False)
         X = X.T.reshape(n, C, P)
         return X @ X.transpose(1, 2)
+
+    def covariance(self):
+        """S (P, P), weight-space full structure."""
+        if self._covariance is None:
+            self._covariance = torch.cholesky_inverse(self.chol)
+        return self._covariance
 
     def solve(self, g):
         """S g."""
@@ -497,7 +572,7 @@ class _Gaussian:
             trace = self.glm.P - self.G.shape[0] + float(inverse.square().sum())
         else:
             logdet_prec = 2 * float(self.chol.diagonal().log().sum())
-            trace = float((delta * torch.cholesky_inverse(self.chol).diagonal()).sum())
+            trace = float((delta * self.covariance().diagonal()).sum())
         return 0.5 * (trace + float((delta * m**2).sum()) - m.numel() + logdet_prec - log_d)
 
     def posterior(self):
@@ -506,6 +581,8 @@ class _Gaussian:
         delta = self.delta if self.delta.unique().numel() > 1 else self.delta[0]
         if self.structure == "diag":
             return DiagPosterior(self.h).with_prior(delta, one)
+        if self.gram is not None:
+            return EigenPosterior.from_matrix(self.gram).with_prior(delta, one)
         return eigen_posterior(self.U).with_prior(delta, one)
 
 
