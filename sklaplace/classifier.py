@@ -357,8 +357,8 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Each call trains ``max_epochs`` epochs (a ``FrozenEstimator`` net keeps
         its weights: only the curvature accumulates). Available over all weights
         with ``hessian_structure`` ``"auto"``, ``"full"``, ``"diag"`` or
-        ``"kron"`` and ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or
-        None. See ``sklaplace._laplace.continual``.
+        ``"kron"``, ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or
+        None, and no ``refine``. See ``sklaplace._laplace.continual``.
 
         Parameters
         ----------

@@ -380,8 +380,8 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         call trains ``max_epochs`` epochs (a ``FrozenEstimator`` net keeps its
         weights). Available over all weights with ``hessian_structure``
         ``"auto"``, ``"full"``, ``"diag"`` or ``"kron"``,
-        ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or None, and one
-        ``sigma_noise``. See ``sklaplace._laplace.continual``.
+        ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or None, one
+        ``sigma_noise`` and no ``refine``. See ``sklaplace._laplace.continual``.
 
         Parameters
         ----------

@@ -64,6 +64,9 @@ def partial_fit_available(estimator):
                        "(use 'evidence', 'auto' or None)")
     if estimator.pred_type == "gp":
         reasons.append("pred_type='gp' (use 'glm' or 'nn')")
+    if getattr(estimator, "refine", None) is not None:
+        # refinement's GLM has the prior N(0, δ⁻¹), not the earlier tasks' posterior
+        reasons.append(f"refine={estimator.refine!r} (use None)")
     if reasons:
         raise AttributeError(
             "partial_fit (continual learning) needs the Laplace approximation over all "
