@@ -103,9 +103,9 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         there (its exact Hessian); ``"vi"``: Gaussian variational inference in
         the GLM by natural-gradient steps from the Laplace-GGN posterior. Full or
         diagonal (``hessian_structure``), GGN curvature, ``pred_type`` "glm" or
-        "nn"; it runs after δ (and σ) are chosen, as the GLM's prior, by
-        ``hyperparameter_tuning`` "evidence", "online" or None ("cv" is refused:
-        it scores the unrefined predictive), and the predictive mean moves to
+        "nn"; δ is the GLM's prior (``hyperparameter_tuning`` "auto" means
+        "evidence" or "online"; "cv", classifier only, scores the refined
+        predictive on whole decades of δ), and the predictive mean moves to
         the refined one. ``None``: the Laplace-GGN posterior at θ*.
     sigma_noise : float or array-like, default=1.0
         Observation noise σ of MAP training and the start of tuning (one per
