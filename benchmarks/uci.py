@@ -765,24 +765,22 @@ def run_classification_split(dataset, split, methods, cfg, data_dir=None, log=pr
                            "log_evidence": est.log_evidence_,
                            "seconds": time.perf_counter() - t0}
     for method, rows in per_method.items():
-        val_nll, delta, test = min(rows, key=lambda r: r[0])
-        results[method] = {**test, "prior_precision": delta, "val_nll": val_nll,
-                           "val_nll_grid": [r[0] for r in rows],
-                           "test_nll_grid": [r[2]["nll"] for r in rows],
-                           "seconds": seconds[method]}
+        results[method] = _selected(rows, "val_nll", min, seconds[method])
     for method, rows in elbos.items():
-        elbo, delta, test = max(rows, key=lambda r: r[0])
-        results[method] = {**test, "prior_precision": delta, "elbo": elbo,
-                           "elbo_grid": [r[0] for r in rows],
-                           "test_nll_grid": [r[2]["nll"] for r in rows],
-                           "seconds": seconds[method]}
+        results[method] = _selected(rows, "elbo", max, seconds[method])
     if "la_evidence" in methods:
-        log_ev, delta, test = max(evidences, key=lambda r: r[0])
-        results["la_evidence"] = {
-            **test, "prior_precision": delta, "log_evidence": log_ev,
-            "log_evidence_grid": [e[0] for e in evidences], "seconds": seconds["la_evidence"],
-        }
+        results["la_evidence"] = _selected(evidences, "log_evidence", max,
+                                           seconds["la_evidence"])
     return results
+
+
+def _selected(rows, criterion, pick, seconds):
+    """The test metrics at the δ that ``pick`` (min / max) chooses by the rows'
+    ``criterion`` value, rows being (value, δ, test metrics) per δ of the grid."""
+    value, delta, test = pick(rows, key=lambda r: r[0])
+    return {**test, "prior_precision": delta, criterion: value,
+            f"{criterion}_grid": [r[0] for r in rows],
+            "test_nll_grid": [r[2]["nll"] for r in rows], "seconds": seconds}
 
 
 def _map_proba(est, X):
