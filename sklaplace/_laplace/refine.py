@@ -281,6 +281,7 @@ class LayerJacobians:
                 V[sl] += (Q @ a[sl][:, None, :, None])[..., 0] @ G[sl].transpose(1, 2)
         return V
 
+
 class GLM:
     """The linearized model's data term on the training Jacobians.
 
