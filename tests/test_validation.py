@@ -492,7 +492,8 @@ def invalid_param(draw):
         name = draw(st.sampled_from(["n_samples", "max_epochs", "batch_size",
                                      "online_frequency", "online_steps", "lowrank_rank"]))
         value = draw(INVALID_POSITIVE_INT)
-        return cls, name, 0 if name == "lowrank_rank" and value is None else value
+        # None is valid for these two (their defaults): draw 0 instead
+        return cls, name, 0 if name in ("lowrank_rank", "online_steps") and value is None else value
     if kind == "choice":
         value = draw(st.text(max_size=8).filter(lambda s: s not in CHOICE_VALUES))
         return cls, draw(st.sampled_from(CHOICE_PARAMS)), value
