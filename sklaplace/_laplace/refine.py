@@ -44,6 +44,7 @@ logits (or outputs) f(x; θ*) + J(x)(m − θ*) with covariance J(x) S J(x)ᵀ �
 refined mode moves the predictive mean as well as its covariance.
 """
 
+import functools
 import warnings
 
 import numpy as np
@@ -123,9 +124,15 @@ def cached_jacobians(subset, X, n_out):
                  f"× {subset.n_params} weights)", JACOBIAN_BUDGET,
                  "refine=None, subset_of_weights='last_layer' or 'subnetwork', or fewer rows "
                  "(the limit is sklaplace._laplace.refine.JACOBIAN_BUDGET)")
-    rows = max(1, int(2**27 // (8 * max(1, n_out) * subset.n_params)))
-    parts = [subset.jacobians(X[s:s + rows]) for s in range(0, len(X), rows)]
+    parts = [subset.jacobians(X[sl])
+             for sl in _row_slices(len(X), 8 * max(1, n_out) * subset.n_params, 2**27)]
     return torch.cat([f for f, _ in parts]), torch.cat([J for _, J in parts])
+
+
+def _row_slices(n, width, budget):
+    """Slices of ``n`` rows, each within ``budget`` for rows of ``width`` (at least one row)."""
+    rows = max(1, int(budget // max(1, width)))
+    return [slice(s, s + rows) for s in range(0, n, rows)]
 
 
 def training_jacobians(subset, X, n_out, structure):
@@ -177,8 +184,7 @@ class DenseJacobians:
 
     def _blocks(self, budget=2**24):
         """Row slices whose Jacobian block stays within ``budget`` bytes (cache-friendly)."""
-        rows = max(1, budget // (8 * self.C * self.P))
-        return [slice(s, s + rows) for s in range(0, self.n, rows)]
+        return _row_slices(self.n, 8 * self.C * self.P, budget)
 
 
 class LayerJacobians:
@@ -225,6 +231,7 @@ class LayerJacobians:
                 h[b] = M.sum(0)
         return h
 
+    @functools.cached_property
     def _layers(self):
         """Per layer: the weights' (and bias') indices as (out, in [+ 1]), the inputs a
         (with a column of ones for the bias) and G: the layer's Jacobian is g ⊗ a."""
@@ -239,13 +246,12 @@ class LayerJacobians:
         return layers
 
     def _row_chunks(self, width, budget=2**24):
-        rows = max(1, budget // max(1, width))
-        return [slice(s, s + rows) for s in range(0, self.n, rows)]
+        return _row_slices(self.n, width, budget)
 
     def gram(self, A):
         """Σ_n J_nᵀ A_n J_n (P, P): per pair of layers Σ_n (G_nᵀ A_n G'_n) ⊗ (a_n a'_nᵀ), one
         GEMM over the rows, O(n·P²) instead of O(n·C·P²)."""
-        layers = self._layers()
+        layers = self._layers
         H = torch.zeros(self.P, self.P, dtype=self.dtype, device=self.device)
         for k, (index, a, G) in enumerate(layers):
             AG = A @ G
@@ -265,7 +271,7 @@ class LayerJacobians:
 
     def output_cov_dense(self, S):
         """J_n S J_nᵀ of every row for a dense S (P, P), (n, C, C), in O(n·P²)."""
-        layers = self._layers()
+        layers = self._layers
         # S's rows of each layer as (in, out·P): J_n S = Σ_layers G_n (a_nᵀ S_layer)
         rows_of = [S[index.reshape(-1)].reshape(*index.shape, -1).transpose(0, 1)
                    .reshape(index.shape[1], -1) for index, _, _ in layers]
