@@ -36,7 +36,8 @@ one in weight space (N·C ≥ P; the kernel path N·C < P needs J itself):
 
     started from the Laplace-GGN posterior at θ*, full or diagonal S, β = 1
     (a Newton-like step; for a Gaussian likelihood the first step is exact).  A
-    step that lowers the ELBO is retried with half the step size; VI stops after
+    step that lowers the ELBO is retried with half the step size, and β doubles
+    again (up to 1) only after a step accepted at its first size; VI stops after
     :data:`VI_STEPS` steps or when the ELBO stops rising.
 
 Either way the predictive is the GLM predictive of the refined Gaussian N(m, S):
@@ -627,6 +628,7 @@ def natural_gradient_vi(glm, delta, structure, generator, steps=None):
         grad_f, hess = expect.grad_and_hessian(mu, V)
         target = scale * hess
         grad = glm.s * glm.pull_back(grad_f * glm.w[:, None]) + delta * q.m
+        first_try = True
         while True:
             try:
                 trial = _Gaussian(structure, glm, q.m, (1 - beta) * q.A + beta * target, delta,
@@ -643,9 +645,11 @@ def natural_gradient_vi(glm, delta, structure, generator, steps=None):
                         return q, start, elbo, done
                     break
             beta /= 2
+            first_try = False
             if beta < 1e-4:
                 return q, start, elbo, done
-        beta = min(VI_STEP_SIZE, 2 * beta)
+        if first_try:  # grow β only after a step accepted as proposed: a rejected trial
+            beta = min(VI_STEP_SIZE, 2 * beta)  # costs as much as an accepted one
     return q, start, elbo, done
 
 
