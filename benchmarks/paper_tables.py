@@ -133,6 +133,9 @@ CLASSIFICATION_COLUMNS = MappingProxyType({
     "gp": "glm",  # the GP predictive on all rows is the full GLM predictive
     "glm_refine_elbo": None,  # δ by the ELBO, not by validation NLL as in the paper
     "glm_refine_diag_elbo": None,
+    "glm_refine_mc": "glm-refine",  # the paper's predictive: Monte Carlo on the logits
+    "glm_refine_diag_mc": "glm-refine-d",
+    "gp_mc": "glm",
 })
 
 #: Our data set name → the paper's row name.

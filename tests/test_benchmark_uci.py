@@ -48,6 +48,17 @@ def test_uci_quick_mode(tmp_path, data_dir, capsys, monkeypatch):
             assert by_elbo["nll"] == base["test_nll_grid"][best]
             assert by_elbo["prior_precision"] == float(uci.Config(**uci.QUICK).deltas("classification", d)[best])
 
+    # the Monte Carlo rows predict from the fits of their base row (other numbers, the same
+    # grid) and pick their own δ by the validation NLL of that predictive
+    for d in uci.QUICK_DATASETS["classification"]:
+        for mc_method, base_method in uci.MC_METHODS.items():
+            base, by_mc = cells[(d, base_method)], cells[(d, mc_method)]
+            assert len(by_mc["test_nll_grid"]) == len(base["test_nll_grid"])
+            assert by_mc["test_nll_grid"] != base["test_nll_grid"]
+            assert all(math.isfinite(v) for v in by_mc["test_nll_grid"])
+            best = min(range(len(by_mc["val_nll_grid"])), key=by_mc["val_nll_grid"].__getitem__)
+            assert by_mc["nll"] == by_mc["test_nll_grid"][best]
+
     with open(out_csv, newline="") as fh:
         table = list(csv.DictReader(fh))
     assert len(table) == len(expected)
