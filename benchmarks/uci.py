@@ -79,6 +79,7 @@ Every (protocol, data set, method, split) result is one JSON file under
 
 import argparse
 import contextlib
+import csv
 import dataclasses
 import functools
 import hashlib
@@ -355,6 +356,38 @@ class Cache:
     def errors(self, protocol):
         base = self.root / self.tag(protocol)
         return [json.loads(p.read_text()) for p in sorted(base.glob("*/*/split_*.error.json"))]
+
+
+class SplitsCSV:
+    """Cells read back from per-split CSVs (``--splits-csv`` files), for ``--report
+    --from-splits-csv``: one table from the cells of several runs, code versions or
+    caches.  A (protocol, data set, method, split) in a later file replaces the same cell
+    of an earlier one."""
+
+    def __init__(self, paths):
+        self.paths = [Path(p) for p in paths]
+
+    def tag(self, protocol):
+        return "from " + " + ".join(p.name for p in self.paths)
+
+    def results(self, protocol):
+        cells = {}
+        for path in self.paths:
+            with open(path, newline="") as fh:
+                for row in csv.DictReader(fh):
+                    if row["protocol"] != protocol:
+                        continue
+                    cell = {k: (v if k in ("protocol", "dataset", "method")
+                                else float(v or "nan"))
+                            for k, v in row.items() if k != "prior_precision_all"}
+                    cell["split"] = int(cell["split"])
+                    cell["prior_precision"] = [float(d) for d in
+                                               row["prior_precision_all"].split()]
+                    cells[(row["dataset"], row["method"], cell["split"])] = cell
+        return [cells[k] for k in sorted(cells)]
+
+    def errors(self, protocol):
+        return []
 
 
 def _jsonable(value):
@@ -1138,6 +1171,10 @@ def add_arguments(parser):
     parser.add_argument("--figure", metavar="PATH",
                         help="save a PNG per protocol (test NLL vs the paper, ± 2 s.e.); with "
                              "--protocol all, the protocol name is appended to the file name")
+    parser.add_argument("--from-splits-csv", nargs="+", metavar="PATH",
+                        help="with --report: the cells of per-split CSVs (--splits-csv files) "
+                             "instead of the cache; a cell in a later file replaces the same "
+                             "(data set, method, split) of an earlier one")
     parser.add_argument("--cache-tag", metavar="TAG", action="append",
                         help="with --report: read the results under <cache-dir>/TAG (e.g. "
                              "classification-1a2b3c4d) instead of the current code's tag; "
@@ -1188,7 +1225,10 @@ def main(args):
         tags[protocol] = tag
     if tags and not args.report:
         raise SystemExit("--cache-tag reads a cache written by other code: use it with --report")
-    cache = Cache(args.cache_dir, cfg, tags)
+    if args.from_splits_csv and not args.report:
+        raise SystemExit("--from-splits-csv only reports: use it with --report")
+    cache = SplitsCSV(args.from_splits_csv) if args.from_splits_csv else Cache(
+        args.cache_dir, cfg, tags)
 
     def log(message):
         if not args.quiet:

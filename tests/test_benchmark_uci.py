@@ -96,6 +96,25 @@ def test_uci_quick_mode(tmp_path, data_dir, capsys, monkeypatch):
         png = tmp_path / f"nll_{protocol}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    # the same table from the per-split CSV; a later file's cell replaces an earlier one's
+    from_csv = main(["uci", "--quiet", "--report", "--from-splits-csv", str(per_split)])
+    assert ({(r["dataset"], r["method"], r["nll_mean"]) for r in from_csv}
+            == {(r["dataset"], r["method"], r["nll_mean"]) for r in rows})
+    changed = tmp_path / "changed.csv"
+    with open(changed, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(split_table[0]))
+        writer.writeheader()
+        writer.writerow({**split_table[0], "nll": "12.5"})
+    merged = main(["uci", "--quiet", "--report", "--from-splits-csv", str(per_split),
+                   str(changed)])
+    first = split_table[0]
+    assert [r["nll_mean"] for r in merged
+            if (r["protocol"], r["dataset"], r["method"]) == (
+                first["protocol"], first["dataset"], first["method"])] == [12.5]
+    assert len(merged) == len(rows)
+    with pytest.raises(SystemExit, match="--report"):
+        main(["uci", "--from-splits-csv", str(per_split)])
+
     # after a code change the cache tag moves: --report finds nothing, unless the old tag is
     # named with --cache-tag
     tags = {p: uci.Config(**uci.QUICK, seed=0).tag(p) for p in uci.PROTOCOLS}
