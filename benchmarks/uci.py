@@ -1037,8 +1037,6 @@ def _error_summary(errors):
 
 
 def write_csv(rows, path):
-    import csv
-
     keys = []
     for r in rows:
         keys += [k for k in r if k not in keys]
