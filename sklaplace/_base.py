@@ -467,6 +467,9 @@ class BaseLaplace(BaseEstimator):
     def _train(self, net, frozen, X, y_model, sizes, sigma0, seed, sample_weight=None):
         """``net_``: the frozen net, or a copy of ``net`` trained to the MAP on (X, y)."""
         if frozen is not None:
+            # skorch leaves a net in train mode after fit; the LA reads it in inference mode
+            # (dropout off, batch-norm statistics fixed), as skorch's own predict sets it
+            frozen.module_.eval()
             self.net_ = frozen
             return
         online = self.hyperparameter_tuning_ == "online"
@@ -532,7 +535,7 @@ class BaseLaplace(BaseEstimator):
         if kind == "all":
             subset = AllWeights(module)
         elif kind == "last_layer":
-            subset = LastLayer(self.net_.module_, X[:2])
+            subset = LastLayer(self.net_.module_, X)
         else:
             subset = Subnetwork(module, self._subnetwork_indices(module, X, y, out_scale, weight))
         if structure == "auto":
@@ -658,6 +661,8 @@ class BaseLaplace(BaseEstimator):
         self._evidence = evidence
         self._sigma_fit = sigma
         self._posterior = evidence.posterior.with_prior(delta, self._curvature_scale(sigma))
+        if vector_sigma:  # GP and refinement: the per-output noise tuning chose
+            out_scale = (1.0 / sigma).to(device)
         if self.pred_type == "gp":
             self._posterior = self._gp_posterior(subset, likelihood, Xt, yt, out_scale, wt,
                                                  delta, sigma)
@@ -681,6 +686,11 @@ class BaseLaplace(BaseEstimator):
         size = n if self.gp_subset_size is None else min(int(self.gp_subset_size), n)
         rows = np.sort(np.random.RandomState(self._prediction_seed).choice(n, size, replace=False))
         w = torch.ones(n, dtype=torch.float64, device=X.device) if weight is None else weight
+        if not float(w[rows].sum()) > 0:
+            raise ValueError(
+                f"pred_type='gp': the sample_weight of the {size} rows drawn for the GP "
+                "(gp_subset_size) sums to zero; use a larger gp_subset_size or weights that "
+                "are positive on more rows.")
         scaled = w[rows] * (w.sum() / w[rows].sum())  # the subset carries all the data's weight
         self._log(f"GP predictive on {size} of {n} rows")
         posterior = compute_posterior("full", subset, likelihood, X[rows], y[rows], out_scale,
@@ -692,8 +702,6 @@ class BaseLaplace(BaseEstimator):
         chosen prior and noise; replaces the prediction subset and posterior."""
         from ._laplace.refine import refine_posterior
 
-        if likelihood.has_noise and sigma.dim() > 0:
-            out_scale = 1.0 / sigma  # the per-output noise the posterior was rebuilt at
         self._subset, self._posterior, info = refine_posterior(
             self.refine, structure, self._subset, likelihood, X, y, weight, delta,
             float(self._curvature_scale(sigma)), out_scale, n_out,

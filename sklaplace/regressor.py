@@ -161,7 +161,9 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     prior_precision_ : float or ndarray
         Prior precision after tuning, in the form of ``prior_precision``.
     sigma_noise_ : float or ndarray
-        Observation noise after tuning, in the units of y.
+        Observation noise after tuning, in the units of y: one value per output when
+        ``sigma_noise`` is, and also for multi-output y standardized by ``normalize_y``,
+        where one σ of the standardized targets is σ·std(y_c) for output c.
     subset_of_weights_ : str
         What ``subset_of_weights`` resolved to (``"auto"``: see above).
     hyperparameter_tuning_ : str or None
@@ -450,14 +452,29 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
                 "outputs."
             )
 
-    # σ lives in model units inside; a scalar σ is scaled by the mean target std.
+    # σ lives in model units inside. One σ shared by outputs standardized by different
+    # stds is a different noise per output in the units of y: σ·std_c, reported per output.
+    @property
+    def _sigma_per_output(self):
+        return self._y_std.size > 1 and not np.all(self._y_std == self._y_std[0])
+
     def _sigma_model(self, sigma):
         s = np.asarray(sigma, dtype=float)
         if s.ndim == 0 or s.size == 1:
             return torch.tensor(float(s.reshape(())) / float(self._y_std.mean()), dtype=torch.float64)
+        if self._sigma_fit.dim() == 0 and self._sigma_per_output:
+            shared = s / self._y_std
+            if not np.allclose(shared, shared[0], rtol=1e-9, atol=0):
+                raise ValueError(
+                    "sigma_noise: this fit has one noise σ for all outputs in standardized "
+                    "units, so sigma_noise must be c·std(y) per output (as sigma_noise_ is); "
+                    f"got {s.tolist()} for target stds {self._y_std.tolist()}.")
+            return torch.tensor(float(shared[0]), dtype=torch.float64)
         return torch.as_tensor(s / self._y_std, dtype=torch.float64)
 
     def _sigma_original(self, sigma):
+        if sigma.dim() == 0 and self._sigma_per_output:
+            return float(sigma) * self._y_std
         s = sigma.cpu().numpy() * (self._y_std if sigma.dim() > 0 else self._y_std.mean())
         return float(s) if np.ndim(s) == 0 else np.asarray(s)
 

@@ -21,6 +21,7 @@ are grouped by their weight value and each group's sum is multiplied by it
 (zero-weight rows skipped) — exact, one pass per distinct weight.
 """
 
+import contextlib
 import copy
 import warnings
 
@@ -29,6 +30,8 @@ from backpack import backpack, extend
 from backpack.extensions import KFLR, DiagGGNExact
 from torch import nn
 from torch.fx.proxy import TraceError
+
+from .subsets import shared_parameters
 
 
 # Layers whose KFLR weight factors are [G (out × out), A]: the row-major weight
@@ -67,10 +70,10 @@ def _prepare(subset, likelihood, out_scale):
             # backpropagate through surfaces as an error in the backward pass.
             warnings.filterwarnings("ignore", "Encountered node that may break", UserWarning)
             module = extend(copy.deepcopy(subset.module), use_converter=True)
-    except _UNSUPPORTED:
-        return None
+    except Exception:  # noqa: BLE001 - torch.fx / BackPACK's converter fail in many ways;
+        return None  # the caller falls back to the Jacobians, which cover any net
     params = {k: p for k, p in module.named_parameters() if p.requires_grad}
-    if sorted(params) != sorted(subset.names):
+    if shared_parameters(module) or sorted(params) != sorted(subset.names):
         return None
     ordered = [params[k] for k in subset.names]
     if [tuple(p.shape) for p in ordered] != [tuple(s) for s in subset.shapes]:
@@ -90,8 +93,11 @@ def _chunk_results(prepared, X, extension, chunk):
         x = X[start : start + chunk]
         with torch.enable_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
-            f = module(x)
-            if f.dim() != 2:  # a reshape after the last module would cut BackPACK's chain
+            with _call_counts(module) as calls:
+                f = module(x)
+            # a reshape after the last module would cut BackPACK's chain; a module run twice
+            # keeps the quantities of one call only
+            if f.dim() != 2 or any(c > 1 for c in calls):
                 return
             try:
                 with backpack(extension):
@@ -105,6 +111,24 @@ def _chunk_results(prepared, X, extension, chunk):
         for p in params:
             p.grad = None
             delattr(p, extension.savefield)
+
+
+@contextlib.contextmanager
+def _call_counts(module):
+    """While active, the number of calls of every submodule that holds parameters."""
+    holders = [m for m in module.modules() if any(True for _ in m.parameters(recurse=False))]
+    calls = [0] * len(holders)
+
+    def count(i):
+        calls[i] += 1
+
+    handles = [m.register_forward_hook(lambda *args, i=i: count(i))
+               for i, m in enumerate(holders)]
+    try:
+        yield calls
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _weight_groups(X, weight):

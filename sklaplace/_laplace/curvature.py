@@ -30,7 +30,8 @@ import time
 import torch
 
 from .posterior import DiagPosterior, EigenPosterior, KronPosterior
-from .subsets import preactivation_hooks, single_pass
+from .subsets import (factors_account_for, layer_parameters, mixing_weights,
+                      preactivation_hooks, single_pass)
 
 DEFAULT_MEMORY_BUDGET = 4 * 2**30
 #: Share of a CUDA device's free memory the LA may take at once.
@@ -200,25 +201,37 @@ def _preactivation_factors(subset, layers, likelihood, X, y, out_scale, curvatur
                            chunk=4096, weight=None):
     """Backpropagate the row factors F_n to the pre-activations of ``layers``.
 
-    Per row chunk yields (inputs, factors, single_pass): the input a of every layer
+    Per row chunk yields (inputs, factors, exact, rows, sl): the input a of every layer
     and, for every column k of F_n, B_k = ∂(Σ_n f_n·F_nk)/∂s (rows are independent,
     so row n of B_k is row n's own factor) — the backward pass of BackPACK's KFLR.
-    ``single_pass`` is False when a layer ran more than once or saw other than one
-    input row per data row.  With ``weight`` the factors carry √w_n (the inputs do not).
+    ``exact`` is False when the factors miss part of a weight's gradient (a layer ran
+    more than once, or a weight is used outside its layer: :func:`factors_account_for`);
+    ``rows`` is False when a layer saw other than one input row per data row.  With
+    ``weight`` the factors carry √w_n (the inputs do not).
     """
+    params = layer_parameters(layers)
     for sl in _chunks(X.shape[0], chunk):
         with preactivation_hooks(layers) as (inputs, eps, calls), torch.enable_grad():
             f = subset.module(X[sl]).reshape(sl.stop - sl.start, -1)
             F = _row_factors(likelihood, f.detach(), y[sl], out_scale, curvature,
                              _rows(weight, sl))
+            if any(c != 1 for c in calls):
+                yield None, None, False, False, sl
+                return
             targets = [eps[i] for i in range(len(layers))]
-            factors = [
-                torch.autograd.grad((f * F[:, :, k]).sum(), targets,
-                                    retain_graph=k + 1 < F.shape[2])
-                for k in range(F.shape[2])
-            ]
+            factors = [torch.autograd.grad((f * F[:, :, k]).sum(), targets, retain_graph=True,
+                                           allow_unused=True, materialize_grads=True)
+                       for k in range(F.shape[2])]
+            r = mixing_weights(F.shape[2], F)
+            whole = torch.autograd.grad((f * (F @ r)).sum(), params, allow_unused=True,
+                                        materialize_grads=True)
+        mixed = [sum(r[k] * grads[i] for k, grads in enumerate(factors))
+                 for i in range(len(layers))]
+        exact = factors_account_for(layers, inputs, calls, mixed, whole)
         a = [inputs[i] for i in range(len(layers))]
-        yield a, factors, single_pass(inputs, calls), sl
+        yield a, factors, exact, single_pass(inputs, calls), sl
+        if not exact:
+            return
 
 
 def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096, weight=None):
@@ -234,9 +247,9 @@ def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096, wei
     except ValueError:
         return None
     h = torch.zeros(subset.n_params, dtype=X.dtype, device=X.device)
-    for a, factors, simple, _ in _preactivation_factors(subset, layers, likelihood, X, y,
-                                                        out_scale, curvature, chunk, weight):
-        if not simple:
+    for a, factors, exact, rows, _ in _preactivation_factors(subset, layers, likelihood, X, y,
+                                                             out_scale, curvature, chunk, weight):
+        if not (exact and rows):
             return None
         for grads in factors:
             for (_, w, b), B, a_i in zip(layers, grads, a):
@@ -301,8 +314,14 @@ def _linear_kron_blocks(subset, layers, likelihood, X, y, out_scale, curvature, 
     (see :func:`kron_curvature`)."""
     G = [0.0] * len(layers)
     A = [0.0] * len(layers)
-    for a, factors, _, sl in _preactivation_factors(subset, layers, likelihood, X, y, out_scale,
-                                                    curvature, weight=weight):
+    for a, factors, exact, _, sl in _preactivation_factors(subset, layers, likelihood, X, y,
+                                                           out_scale, curvature, weight=weight):
+        if not exact:
+            raise ValueError(
+                "hessian_structure='kron' needs every nn.Linear layer to run once per forward "
+                "pass and its weights to be used by that layer only (no layer called twice, no "
+                "tied weights, no F.linear on a layer's weight); this net is not covered. Use "
+                "hessian_structure='full' or 'diag'.")
         for grads in factors:
             for i, B in enumerate(grads):
                 B = B.reshape(-1, B.shape[-1])

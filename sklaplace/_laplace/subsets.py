@@ -45,6 +45,17 @@ def param_offsets(module):
     return np.concatenate([[0], np.cumsum(tensor_sizes(module))]).astype(int)
 
 
+def shared_parameters(module):
+    """Names of the trainable tensors that more than one submodule holds (tied weights, or
+    one module registered under two names)."""
+    holders = {}
+    for _, sub in module.named_modules(remove_duplicate=False):
+        for p in sub._parameters.values():
+            if p is not None and p.requires_grad:
+                holders[id(p)] = holders.get(id(p), 0) + 1
+    return [k for k, p in named_params(module) if holders.get(id(p), 0) > 1]
+
+
 def find_last_linear(module, X):
     """Run ``module`` on ``X`` and return the name of the last executed ``nn.Linear``.
 
@@ -71,13 +82,42 @@ def find_last_linear(module, X):
             "found none. Use subset_of_weights='all'."
         )
     name, features, last_out = seen[-1]
-    if last_out.numel() != out.numel() or not torch.equal(last_out.reshape(out.shape), out):
+    _check_output_of(name, [n for n, *_ in seen].count(name), last_out, out)
+    return name, features
+
+
+def _check_output_of(name, calls, layer_out, out):
+    """Raise unless the network output is the output of the one call of layer ``name``:
+    f = W φ(x) + b with φ free of W and b, which the last-layer LA assumes."""
+    if calls != 1:
+        raise ValueError(
+            f"The last nn.Linear layer {name!r} runs {calls} times in one forward pass, so "
+            "its input depends on its own weights; subset_of_weights='last_layer' needs "
+            "f = W φ(x) + b. Use subset_of_weights='all' or 'subnetwork'.")
+    if layer_out.numel() != out.numel() or not torch.equal(layer_out.reshape(out.shape), out):
         raise ValueError(
             f"The network output does not come directly from its last nn.Linear "
             f"layer {name!r}; subset_of_weights='last_layer' needs it to. "
             "Use subset_of_weights='all' or 'subnetwork'."
         )
-    return name, features
+
+
+def check_last_layer(module, layer_name, X, rows=FEATURE_BLOCK_ROWS):
+    """:func:`_check_output_of` on every row of ``X`` (in blocks): an output that passes
+    through anything after the last layer (a ReLU, a clamp) may equal it on a few rows
+    and not on others."""
+    layer = module.get_submodule(layer_name)
+    seen = []
+    handle = layer.register_forward_hook(lambda m, inp, out: seen.append(out))
+    try:
+        with torch.no_grad():
+            for start in range(0, len(X), rows):
+                seen.clear()
+                out = module(X[start:start + rows])
+                _check_output_of(layer_name, len(seen), seen[-1] if seen else out.new_empty(0),
+                                 out)
+    finally:
+        handle.remove()
 
 
 def _layer_input(module, layer_name, X):
@@ -158,11 +198,54 @@ def single_pass(inputs, calls):
     return all(c == 1 for c in calls) and all(inputs[i].dim() == 2 for i in range(len(calls)))
 
 
+def layer_parameters(layers):
+    """The trainable tensors of ``layers`` ((module, weight slice, bias slice or None) tuples),
+    weight then bias per layer: what :func:`factors_account_for` compares."""
+    return [p for layer, _, b in layers for p in (layer.weight, *((layer.bias,) if b else ()))]
+
+
+def mixing_weights(k, like):
+    """k fixed generic weights in [0.5, 1.5): one backward pass of the mix Σ_k r_k·(output
+    k) checks the factors of all k outputs at once (no cancellation but by accident)."""
+    r = torch.rand(k, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 0.5
+    return r.to(device=like.device, dtype=like.dtype)
+
+
+def factors_account_for(layers, inputs, calls, layer_grads, param_grads):
+    """Whether the per-layer factors of one backward pass carry the whole gradient.
+
+    The Jacobian factors g ⊗ a (and g for the bias) describe a weight only through the
+    one call of its nn.Linear that the hooks saw.  A weight used anywhere else — a
+    layer run twice, a weight tied to another module, ``F.linear(h, layer.weight.T)``
+    — has more to its gradient, and the factors would silently miss it.  Autograd's
+    gradient of the same scalar with respect to the weights themselves
+    (``param_grads``, in :func:`layer_parameters` order) sees every use, so the
+    factors are exact only if Σ_rows g aᵀ (and Σ_rows g) equals it.  ``layer_grads``:
+    g per layer (the gradient of that scalar with respect to its pre-activations).
+    """
+    if any(c != 1 for c in calls):
+        return False
+    grads = iter(param_grads)
+    for (_, _, b), i in zip(layers, range(len(layers))):
+        a, g = inputs[i], layer_grads[i]
+        a, g = a.reshape(-1, a.shape[-1]), g.reshape(-1, g.shape[-1])
+        checks = [(next(grads), g.T @ a, g.abs().T @ a.abs())]
+        if b is not None:
+            checks.append((next(grads), g.sum(0), g.abs().sum(0)))
+        for actual, factored, scale in checks:
+            tol = 1e3 * torch.finfo(factored.dtype).eps * float(scale.max()) + 1e-300
+            if float((actual - factored).abs().max()) > tol:
+                return False
+    return True
+
+
 def _output_gradients(module, layers, X):
     """(f (n, C), layer inputs a_i (n, in), G_i = ∂f/∂s_i (n, C, out)) of nn.Linear
-    ``layers`` with pre-activations s_i, by one forward and C backward passes; None when
-    a layer runs more than once or sees other than one row per data row."""
+    ``layers`` with pre-activations s_i, by one forward and C + 1 backward passes; None
+    when a layer runs more than once, sees other than one row per data row, or a weight
+    is used outside its layer (:func:`factors_account_for`)."""
     n = X.shape[0]
+    params = layer_parameters(layers)
     with _FUNCTIONAL_CALL_LOCK, preactivation_hooks(layers) as (inputs, eps, calls):
         with torch.enable_grad():
             f = module(X).reshape(n, -1)
@@ -170,10 +253,16 @@ def _output_gradients(module, layers, X):
                 return None
             targets = [eps[i] for i in range(len(layers))]
             C = f.shape[1]
-            grads = [torch.autograd.grad(f[:, c].sum(), targets, retain_graph=c + 1 < C,
+            grads = [torch.autograd.grad(f[:, c].sum(), targets, retain_graph=True,
                                          allow_unused=True, materialize_grads=True)
                      for c in range(C)]
+            r = mixing_weights(C, f)
+            whole = torch.autograd.grad((f @ r).sum(), params, allow_unused=True,
+                                        materialize_grads=True)
     G = [torch.stack([g[i] for g in grads], 1) for i in range(len(layers))]
+    mixed = [(g * r[:, None]).sum(1) for g in G]
+    if not factors_account_for(layers, inputs, calls, mixed, whole):
+        return None
     return f.detach(), [inputs[i] for i in range(len(layers))], G
 
 
@@ -309,6 +398,11 @@ class AllWeights:
         Raises if some parameter lies outside nn.Linear layers (Kronecker
         factors are defined for those only).
         """
+        shared = shared_parameters(self.module)
+        if shared:
+            raise ValueError(
+                f"parameters {shared} are held by more than one module (tied weights); "
+                "the per-layer Kronecker factors cover one use of a weight only.")
         index = {k: i for i, k in enumerate(self.names)}
         offsets = np.concatenate([[0], np.cumsum([np.prod(s) for s in self.shapes])]).astype(int)
         layers, covered = [], set()
@@ -345,17 +439,29 @@ class LastLayer:
     """
 
     kind = "last_layer"
+    const_bias = None
 
     def __init__(self, module, X):
         self.module = module
-        self.layer_name, _ = find_last_linear(module, _to_module(X, module))
+        X = _to_module(X, module)
+        self.layer_name, _ = find_last_linear(module, X[:2])
+        check_last_layer(module, self.layer_name, X)
         self.body = feature_body(module, self.layer_name)
         layer = self.layer = module.get_submodule(self.layer_name)
-        all_names = [k for k, _ in named_params(module)]
         prefix = f"{self.layer_name}." if self.layer_name else ""
-        self.names = [prefix + "weight"] + ([prefix + "bias"] if layer.bias is not None else [])
+        if not layer.weight.requires_grad or shared_parameters(module) and any(
+                k.startswith(prefix) for k in shared_parameters(module)):
+            raise ValueError(
+                f"subset_of_weights='last_layer': the weight of the last layer "
+                f"{self.layer_name!r} is frozen (requires_grad=False) or tied to another "
+                "module. Use subset_of_weights='all' or 'subnetwork'.")
+        all_names = [k for k, _ in named_params(module)]
+        self.has_bias = layer.bias is not None and layer.bias.requires_grad
+        # a frozen bias is a constant of the output, not a weight of the LA
+        self.const_bias = (None if layer.bias is None or self.has_bias else
+                           layer.bias.detach().to(layer.weight.device, torch.float64))
+        self.names = [prefix + "weight"] + ([prefix + "bias"] if self.has_bias else [])
         self.n_out, self.n_features = layer.weight.shape
-        self.has_bias = layer.bias is not None
         params = [layer.weight] + ([layer.bias] if self.has_bias else [])
         self.shapes = [tuple(p.shape) for p in params]
         # float64 on the layer's device: the LA runs where the net is
@@ -372,18 +478,24 @@ class LastLayer:
 
     def native_features(self, X):
         """Penultimate features φ(X) as the module computes them (its device and dtype)."""
-        training = self.module.training
-        if training:  # eval mode for the features (dropout, batch norm), restored after
+        if not self.module.training:  # the estimators leave their net in eval mode
+            return self._eval_features(X)
+        # put back in train mode by the user since: eval mode for the features (dropout,
+        # batch norm), restored after; the switch holds the lock that other mode-changing
+        # calls take
+        with _FUNCTIONAL_CALL_LOCK:
             self.module.eval()
-        try:
-            with torch.no_grad():
-                X = X.to(device=self.layer.weight.device, dtype=self.layer.weight.dtype)
-                if self.body is not None:
-                    return self.body(X)
-                return _layer_input(self.module, self.layer_name, X)
-        finally:
-            if training:
+            try:
+                return self._eval_features(X)
+            finally:
                 self.module.train()
+
+    def _eval_features(self, X):
+        with torch.no_grad():
+            X = X.to(device=self.layer.weight.device, dtype=self.layer.weight.dtype)
+            if self.body is not None:
+                return self.body(X)
+            return _layer_input(self.module, self.layer_name, X)
 
     def features(self, X):
         """Penultimate features φ(X), the input of the last layer, like X (float64)."""
@@ -399,7 +511,7 @@ class LastLayer:
         W = theta[..., : self.n_out * self.n_features].reshape(
             *theta.shape[:-1], self.n_out, self.n_features
         )
-        b = theta[..., self.n_out * self.n_features :] if self.has_bias else None
+        b = theta[..., self.n_out * self.n_features :] if self.has_bias else self.const_bias
         return W, b
 
     def forward(self, X, theta=None, features=None):

@@ -1,0 +1,279 @@
+"""Nets the fast paths must not misread (session 10's adversarial findings).
+
+The per-layer paths (Jacobians g ⊗ a, our KFLR and exact diagonal) and the last-layer
+LA assume each nn.Linear weight is used once, by its own layer, and that the output is
+the last layer's. Every test below returned a wrong number without a word before the
+fix: tied weights, a weight read by ``F.linear`` elsewhere, a layer run twice, a last
+layer run twice or followed by a ReLU that is the identity on the first rows, a frozen
+net left in train mode by skorch, a frozen last-layer bias; and for the regressor the
+GP predictive at the initial per-output σ and ``sigma_noise_`` of multi-output y.
+References are exact: Jacobians by ``torch.func`` on a float64 copy, the full GGN
+and its diagonal from them.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from skorch import NeuralNet, NeuralNetClassifier, NeuralNetRegressor
+from sklearn.frozen import FrozenEstimator
+from torch import nn
+from torch.func import functional_call, jacrev
+
+from sklaplace import LaplaceClassifier, LaplaceRegressor
+
+DELTA = 0.5
+
+
+class TiedModules(nn.Module):
+    """Two nn.Linear modules share one weight; the second has no bias of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(3, 4)
+        self.l1 = nn.Linear(4, 4)
+        self.l2 = nn.Linear(4, 4, bias=False)
+        self.l2.weight = self.l1.weight
+        self.out = nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = torch.tanh(self.l1(torch.tanh(self.inp(x))))
+        return self.out(torch.tanh(self.l2(h)))
+
+
+class FunctionalTie(nn.Module):
+    """A tied autoencoder: the encoder's weight is read again by F.linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(3, 4)
+        self.out = nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = torch.tanh(self.enc(x))
+        return self.out(torch.tanh(nn.functional.linear(h, self.enc.weight.T)))
+
+
+class LayerTwice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(3, 4)
+        self.mid = nn.Linear(4, 4)
+        self.out = nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = torch.tanh(self.mid(torch.tanh(self.inp(x))))
+        return self.out(torch.tanh(self.mid(h)))
+
+
+def _data(n=60, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, 3).astype(np.float32)
+    return X, (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int) + (X[:, 2] > 1).astype(int)
+
+
+def _trained(module, X, y, **kwargs):
+    torch.manual_seed(0)
+    return NeuralNetClassifier(module, criterion=nn.CrossEntropyLoss, max_epochs=10, lr=0.1,
+                               train_split=None, verbose=0, **kwargs).fit(X, y)
+
+
+def _exact_logit_cov(module, X, diagonal):
+    """J (Σ Jᵀ Λ J + δ I)⁻¹ Jᵀ over the trainable weights (or the diagonal GGN's)."""
+    module = copy.deepcopy(module).double().eval()
+    named = [(k, p) for k, p in module.named_parameters() if p.requires_grad]
+    theta = torch.cat([p.detach().reshape(-1) for _, p in named])
+    X = torch.as_tensor(X, dtype=torch.float64)
+
+    def outputs(t):
+        params, start = {}, 0
+        for k, p in named:
+            params[k] = t[start:start + p.numel()].reshape(p.shape)
+            start += p.numel()
+        return functional_call(module, params, (X,))
+
+    f, J = outputs(theta).detach(), jacrev(outputs)(theta)
+    p = torch.softmax(f, 1)
+    lam = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]
+    H = torch.einsum("ncp,ncd,ndq->pq", J, lam, J)
+    if diagonal:
+        H = torch.diag(H.diagonal())
+    cov = J @ torch.linalg.inv(H + DELTA * torch.eye(len(theta), dtype=H.dtype)) @ J.transpose(1, 2)
+    return cov.numpy()
+
+
+@pytest.mark.parametrize("module", [TiedModules, FunctionalTie, LayerTwice])
+@pytest.mark.parametrize("structure", ["full", "diag"])
+def test_reused_weights_get_their_whole_jacobian(module, structure):
+    X, y = _data()
+    net = _trained(module, X, y)
+    est = LaplaceClassifier(FrozenEstimator(net), subset_of_weights="all",
+                            hessian_structure=structure, hyperparameter_tuning=None,
+                            prior_precision=DELTA).fit(X, y)
+    reference = _exact_logit_cov(net.module_, X, diagonal=structure == "diag")
+    np.testing.assert_allclose(est.predict_dist(X).logit_cov, reference, rtol=1e-7, atol=1e-10)
+
+
+@pytest.mark.parametrize("module", [TiedModules, FunctionalTie, LayerTwice])
+@pytest.mark.parametrize("curvature", ["ggn", "ef"])
+def test_kron_refuses_reused_weights(module, curvature):
+    X, y = _data()
+    est = LaplaceClassifier(FrozenEstimator(_trained(module, X, y)), subset_of_weights="all",
+                            hessian_structure="kron", curvature=curvature,
+                            hyperparameter_tuning=None)
+    with pytest.raises(ValueError, match="(?i)kron"):
+        est.fit(X, y)
+
+
+class HeadTwice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.head(x)))
+
+
+def test_last_layer_run_twice_is_refused():
+    X, y = _data()
+    est = LaplaceClassifier(FrozenEstimator(_trained(HeadTwice, X, y)),
+                            subset_of_weights="last_layer", hyperparameter_tuning=None)
+    with pytest.raises(ValueError, match="runs 2 times"):
+        est.fit(X, y)
+
+
+class ReluAfterHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(1, 1)
+
+    def forward(self, x):
+        return torch.relu(self.head(x))
+
+
+def test_last_layer_output_is_checked_on_every_row():
+    # the ReLU is the identity on the first two rows only
+    X = np.array([[1.0], [2.0], [-1.0], [-2.0], [0.5], [-0.5]], dtype=np.float32)
+    y = np.maximum(X[:, 0], 0)
+    net = NeuralNetRegressor(ReluAfterHead, verbose=0).initialize()
+    with torch.no_grad():
+        net.module_.head.weight.fill_(1.0)
+        net.module_.head.bias.zero_()
+    est = LaplaceRegressor(FrozenEstimator(net), subset_of_weights="last_layer",
+                           hyperparameter_tuning=None, normalize_y=False)
+    with pytest.raises(ValueError, match="does not come directly"):
+        est.fit(X, y)
+
+
+class BatchNormNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Dropout(0.5))
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def test_frozen_net_left_in_train_mode_is_read_in_inference_mode():
+    X, y = _data(seed=1)
+    net = _trained(BatchNormNet, X, y)
+    assert net.module_.training  # skorch leaves it so after fit
+    running_mean = net.module_.body[1].running_mean.clone()
+    est = LaplaceClassifier(FrozenEstimator(net), subset_of_weights="last_layer",
+                            hessian_structure="full", hyperparameter_tuning=None).fit(X, y)
+    torch.testing.assert_close(net.module_.body[1].running_mean, running_mean, rtol=0, atol=0)
+    logits = net.forward(X).numpy()  # skorch's inference-mode forward
+    np.testing.assert_allclose(est.predict_dist(X).logit_mean, logits, rtol=1e-5, atol=1e-5)
+
+
+class FrozenHeadBias(nn.Module):
+    def __init__(self, freeze_body):
+        super().__init__()
+        self.body = nn.Linear(3, 8)
+        self.head = nn.Linear(8, 3)
+        self.head.bias.requires_grad_(False)
+        for p in self.body.parameters():
+            p.requires_grad_(not freeze_body)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.body(x)))
+
+
+@pytest.mark.parametrize("structure", ["full", "diag", "kron"])
+def test_frozen_last_layer_bias_is_a_constant(structure):
+    X, y = _data()
+    net = _trained(FrozenHeadBias, X, y, module__freeze_body=True)
+    kwargs = dict(hessian_structure=structure, hyperparameter_tuning=None, prior_precision=DELTA)
+    last = LaplaceClassifier(FrozenEstimator(net), subset_of_weights="last_layer",
+                             **kwargs).fit(X, y)
+    # with the body frozen too, "all" trainable weights are the last layer's weight
+    every = LaplaceClassifier(FrozenEstimator(net), subset_of_weights="all", **kwargs).fit(X, y)
+    assert last.n_params_ == every.n_params_ == 24
+    a, b = last.predict_dist(X), every.predict_dist(X)
+    np.testing.assert_allclose(a.logit_mean, b.logit_mean, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(a.logit_cov, b.logit_cov, rtol=1e-7, atol=1e-10)
+    assert last.log_evidence_ == pytest.approx(every.log_evidence_, rel=1e-7)
+
+
+def test_frozen_last_layer_weight_is_refused_clearly():
+    X, y = _data()
+    net = _trained(FrozenHeadBias, X, y, module__freeze_body=False)
+    net.module_.head.weight.requires_grad_(False)
+    est = LaplaceClassifier(FrozenEstimator(net), subset_of_weights="last_layer",
+                            hyperparameter_tuning=None)
+    with pytest.raises(ValueError, match="frozen"):
+        est.fit(X, y)
+
+
+# ------------------------------------------------------------ regressor: σ per output
+def _two_outputs(n=80, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, 2)
+    Y = np.c_[X @ [1.0, -1.0] + 0.3 * rng.randn(n), 100 * (X @ [0.5, 2.0] + 0.3 * rng.randn(n))]
+    return X, Y
+
+
+def test_sigma_noise_is_reported_per_output_for_standardized_multi_output_y():
+    X, Y = _two_outputs()
+    reg = LaplaceRegressor(hidden_layer_sizes=(8,), max_epochs=30, random_state=0).fit(X, Y)
+    sigma = np.asarray(reg.sigma_noise_)
+    assert sigma.shape == (2,)
+    np.testing.assert_allclose(np.sqrt(reg.predict_dist(X).aleatoric_var[0]), sigma, rtol=1e-10)
+    assert reg.log_evidence(sigma_noise=reg.sigma_noise_) == pytest.approx(reg.log_evidence_,
+                                                                            rel=1e-10)
+    with pytest.raises(ValueError, match="sigma_noise"):
+        reg.log_evidence(sigma_noise=[1.0, 1.0])
+
+
+def _linear_frozen_regressor(n_out):
+    return FrozenEstimator(NeuralNet(lambda: nn.Linear(2, n_out), criterion=nn.MSELoss)
+                           .initialize())
+
+
+def test_gp_predictive_uses_the_tuned_per_output_noise():
+    X, Y = _two_outputs()
+    Y = Y / Y.std(0)
+    kwargs = dict(net=_linear_frozen_regressor(2), sigma_noise=[1.0, 1.0], normalize_y=False,
+                  subset_of_weights="all", hessian_structure="full")
+    glm = LaplaceRegressor(**kwargs).fit(X, Y)
+    gp = LaplaceRegressor(pred_type="gp", **kwargs).fit(X, Y)
+    assert not np.allclose(glm.sigma_noise_, 1.0)  # tuning moved σ
+    np.testing.assert_allclose(gp.predict_dist(X).epistemic_var,
+                               glm.predict_dist(X).epistemic_var, rtol=1e-8)
+
+
+def test_gp_subset_with_zero_weights_is_refused_clearly():
+    X, Y = _two_outputs()
+    weight = np.zeros(len(X))
+    weight[0] = 1.0
+    est = LaplaceRegressor(net=_linear_frozen_regressor(2), pred_type="gp", gp_subset_size=3,
+                           hyperparameter_tuning=None, random_state=0)
+    for seed in range(20):  # a draw of 3 rows without row 0
+        rows = np.random.RandomState(np.random.RandomState(seed).randint(0, 2**31 - 1, 2)[1])
+        est.set_params(random_state=seed)
+        if 0 not in rows.choice(len(X), 3, replace=False):
+            break
+    with pytest.raises(ValueError, match="gp_subset_size"):
+        est.fit(X, Y, sample_weight=weight)
