@@ -634,9 +634,11 @@ class BaseLaplace(BaseEstimator):
                 prior, sigma = self._tune_refined_on_held_out(
                     structure, likelihood, Xt, yt, wt, sigma_init, out_scale, n_out,
                     *validation)
-            else:
-                prior, sigma = self._tune_on_held_out(evidence, subset, *validation, y_model,
-                                                      sample_weight)
+            else:  # scores the predictive that will be used: the GP's with pred_type="gp"
+                scored = (self._gp_curvature(subset, likelihood, Xt, yt, out_scale, wt)
+                          if self.pred_type == "gp" else evidence.posterior)
+                prior, sigma = self._tune_on_held_out(evidence, scored, subset, *validation,
+                                                      y_model, sample_weight)
             sigma = sigma_init if sigma is None else sigma
         elif self.hyperparameter_tuning_ == "evidence":
             prior, sigma = self._tune(evidence, subset, sigma_init, y_model, sample_weight)
@@ -674,8 +676,13 @@ class BaseLaplace(BaseEstimator):
         self._set_sigma_attr(sigma, y_scale)
 
     def _gp_posterior(self, subset, likelihood, X, y, out_scale, weight, delta, sigma):
-        """The functional Laplace (GLM paper §3.5): the GP with kernel J(x) δ⁻¹ J(x')ᵀ
-        conditioned on M training rows, each standing for N/M rows.
+        """The functional Laplace (GLM paper §3.5): :meth:`_gp_curvature` with the prior."""
+        return self._gp_curvature(subset, likelihood, X, y, out_scale, weight).with_prior(
+            delta, self._curvature_scale(sigma))
+
+    def _gp_curvature(self, subset, likelihood, X, y, out_scale, weight):
+        """The GP with kernel J(x) δ⁻¹ J(x')ᵀ conditioned on M training rows, each standing
+        for N/M rows (GLM paper §3.5), as the posterior structure of its curvature.
 
         Its predictive is K** − K*M S (I + Sᵀ K_MM S)⁻¹ Sᵀ K_M* with S Sᵀ = Λ — by
         Woodbury the full GLM predictive of the curvature of those M rows weighted by
@@ -693,9 +700,8 @@ class BaseLaplace(BaseEstimator):
                 "are positive on more rows.")
         scaled = w[rows] * (w.sum() / w[rows].sum())  # the subset carries all the data's weight
         self._log(f"GP predictive on {size} of {n} rows")
-        posterior = compute_posterior("full", subset, likelihood, X[rows], y[rows], out_scale,
-                                      self.curvature, weight=scaled)
-        return posterior.with_prior(delta, self._curvature_scale(sigma))
+        return compute_posterior("full", subset, likelihood, X[rows], y[rows], out_scale,
+                                 self.curvature, weight=scaled)
 
     def _refine(self, structure, likelihood, X, y, weight, delta, sigma, out_scale, n_out):
         """GLM posterior refinement (``refine``, see :mod:`sklaplace._laplace.refine`) at the
@@ -745,8 +751,10 @@ class BaseLaplace(BaseEstimator):
             sigma = torch.as_tensor(np.exp(log_sigma), dtype=torch.float64)
         return groups.to_whole(np.exp(log_delta), self.prior_precision), sigma
 
-    def _tune_on_held_out(self, evidence, subset, X_val, y_val, w_val, y_model, w_fit=None):
-        """Scalar δ (and σ) by held-out NLL over the grid (one-SE rule); (δ, σ tensor).
+    def _tune_on_held_out(self, evidence, posterior, subset, X_val, y_val, w_val, y_model,
+                          w_fit=None):
+        """Scalar δ (and σ) by held-out NLL over the grid (one-SE rule) of the predictive of
+        ``posterior`` (its curvature, without prior); (δ, σ tensor).
 
         With row weights the held-out NLL and its standard error are those of the
         rows duplicated by their weights (weighted means, Σ w rows)."""
@@ -755,7 +763,7 @@ class BaseLaplace(BaseEstimator):
         deltas = 10.0 ** LOG10_PRIOR_GRID
         with torch.no_grad():
             f, J = subset.jacobians(Xv)
-            variance = variance_path(evidence.posterior, J)
+            variance = variance_path(posterior, J)
             if not evidence.gaussian:
                 scale = float(evidence.scale(None))
                 losses = np.array([self._held_out_nll(f, variance(d, scale), yv)

@@ -54,7 +54,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         given values (use this in GridSearchCV over ``prior_precision``).
         ``"cv"``: fit the network and the LA on ``1 − validation_fraction`` of
         the rows, choose the scalar δ and σ by the NLL of the predictive on
-        the held-out rest (Laplace Redux's "CV" method; log10 δ ∈ [−4, 4] in
+        the held-out rest (the GP's with ``pred_type="gp"``) (Laplace Redux's "CV" method; log10 δ ∈ [−4, 4] in
         quarter decades; the largest δ within one paired standard error of the
         smallest NLL), then refit net and LA on all rows with them (as
         scikit-learn's ``*CV`` estimators with ``refit=True``).

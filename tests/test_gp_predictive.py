@@ -73,3 +73,34 @@ def test_bad_gp_subset_size(size):
     X, y, _ = _data()
     with pytest.raises(ValueError, match="gp_subset_size"):
         LaplaceClassifier(pred_type="gp", gp_subset_size=size, max_epochs=2).fit(X, y)
+
+
+def test_cv_tuning_with_gp_scores_the_gp_predictive(monkeypatch):
+    """hyperparameter_tuning='cv' with pred_type='gp': δ is the one-SE choice over the grid
+    of the held-out NLL of the GP predictive (M of the fit rows), not of the weight-space
+    structure's: equal to fitting the GP at each δ by hand. (Scored the structure's before.)"""
+    import warnings
+
+    from sklaplace import _base
+    from sklaplace._laplace.holdout import LOG10_PRIOR_GRID, one_standard_error_choice
+
+    X, y, _ = _data(n=80)
+    splits, split = [], _base.validation_split
+    monkeypatch.setattr(_base, "validation_split",
+                        lambda *args, **kwargs: splits.append(split(*args, **kwargs)) or splits[-1])
+    params = dict(subset_of_weights="all", hessian_structure="diag", pred_type="gp",
+                  gp_subset_size=6, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # cv with a frozen net: in-sample rows
+        clf = LaplaceClassifier(_frozen(4, 3), hyperparameter_tuning="cv", **params).fit(X, y)
+    fit, held_out = splits[0]
+    deltas = 10.0 ** LOG10_PRIOR_GRID
+    losses = []
+    for delta in deltas:
+        one = LaplaceClassifier(_frozen(4, 3), prior_precision=delta,
+                                hyperparameter_tuning=None, **params).fit(X[fit], y[fit])
+        proba = one.predict_proba(X[held_out])
+        losses.append(-np.log(proba[np.arange(len(held_out)), y[held_out]]))
+    chosen = one_standard_error_choice(np.array(losses))
+    assert clf.prior_precision_ == pytest.approx(deltas[chosen], rel=1e-12)
+    assert clf.validation_nll_ == pytest.approx(np.mean(losses[chosen]), rel=1e-6)
