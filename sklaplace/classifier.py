@@ -61,11 +61,12 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         al. (2021) Alg. 1 during training (all weights). ``None``: keep the
         given values (use this in GridSearchCV over ``prior_precision``).
         ``"cv"``: fit the network and the LA on ``1 − validation_fraction`` of
-        the rows, choose the scalar δ by the NLL of the predictive on
-        the held-out rest (the GP's with ``pred_type="gp"``) (Laplace Redux's "CV" method; log10 δ ∈ [−4, 4] in
-        quarter decades; the largest δ within one paired standard error of the
-        smallest NLL), then refit net and LA on all rows with them (as
-        scikit-learn's ``*CV`` estimators with ``refit=True``).
+        the rows, choose the scalar δ by the NLL of the predictive (the
+        GP's with ``pred_type="gp"``) on the held-out rest (Laplace Redux's
+        "CV" method; log10 δ ∈ [−4, 4] in quarter decades; the largest δ
+        within one paired standard error of the smallest NLL), then refit net
+        and LA on all rows with them (as scikit-learn's ``*CV`` estimators
+        with ``refit=True``).
     validation_fraction : float, default=0.2
         Share of the rows held out by ``hyperparameter_tuning="cv"``
         (stratified for classification), as in scikit-learn's MLP.
