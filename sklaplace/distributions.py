@@ -28,6 +28,8 @@ __all__ = [
 
 _LINKS = ("probit", "bridge", "mc", "nn")
 _VAR_FLOOR = 1e-12
+# ``bridge_alpha``: largest log α kept (e^600 ≈ 4e260: row sums stay finite).
+_LOG_ALPHA_MAX = 600.0
 
 
 # --------------------------------------------------------------------------- helpers
@@ -153,8 +155,11 @@ def bridge_alpha(logit_mean, logit_var):
 
     ``alpha_k = (1 / var_k) * (1 - 2 / K + exp(mu_k) / K**2 * sum_l exp(-mu_l))``
     (Hobbhahn et al., Eq. 7). The map is invariant to adding a constant to a row of
-    ``mu``; it is evaluated on row-centred means in log space to avoid overflow.
-    Variances are clipped below at 1e-12 so that ``alpha`` stays finite.
+    ``mu``; it is evaluated on row-centred means in log space. Variances are clipped
+    below at 1e-12. A row whose ``alpha`` would overflow float64 (logit means hundreds
+    apart, far from the data) is divided by a common factor: its mean ``alpha / alpha_0``
+    is unchanged and it stays concentrated far beyond float64's resolution (its
+    smallest entries are floored at the smallest normal float).
 
     Parameters
     ----------
@@ -173,7 +178,11 @@ def bridge_alpha(logit_mean, logit_var):
     n_classes = mu.shape[-1]
     mu = mu - mu.mean(axis=-1, keepdims=True)
     log_term = mu + logsumexp(-mu, axis=-1, keepdims=True) - 2.0 * np.log(n_classes)
-    return (1.0 - 2.0 / n_classes + np.exp(log_term)) / var
+    if n_classes > 2:
+        log_term = np.logaddexp(np.log1p(-2.0 / n_classes), log_term)
+    log_alpha = log_term - np.log(var)
+    excess = np.clip(log_alpha.max(axis=-1, keepdims=True) - _LOG_ALPHA_MAX, 0.0, None)
+    return np.maximum(np.exp(log_alpha - excess), np.finfo(np.float64).tiny)
 
 
 def mc_proba(logit_mean, logit_cov, z):
@@ -372,8 +381,8 @@ class DirichletPrediction:
     @property
     def var(self):
         """Marginal variances of the class probabilities; shape (n_samples, n_classes)."""
-        a0 = self.precision[:, None]
-        return self.alpha * (a0 - self.alpha) / (a0**2 * (a0 + 1.0))
+        mean = self.mean  # α_k (α_0 − α_k) / (α_0² (α_0 + 1)), without squaring α_0
+        return mean * (1.0 - mean) / (self.precision[:, None] + 1.0)
 
     def marginal(self, k):
         """Marginal of class ``k``: frozen ``scipy.stats.beta(alpha_k, alpha_0 - alpha_k)``.

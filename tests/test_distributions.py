@@ -325,3 +325,23 @@ def test_normal_prediction_multi_output():
     lo, hi = pred.interval(0.5)
     np.testing.assert_allclose(hi, 2.0 * stats.norm.ppf(0.75))
     assert lo.shape == (4, 2)
+
+
+def test_bridge_far_from_the_data_is_finite_and_keeps_the_order():
+    """Logit means hundreds apart (a linear net far from the data) overflowed α to inf and
+    the bridge's probabilities to NaN, and argmax then picked the first NaN's class."""
+    from sklaplace.distributions import bridge_alpha
+
+    mu = np.array([[0.0, 720.0, 5.0], [300.0, -500.0, 0.0], [0.0, 1.0, 2.0]])
+    var = np.array([[1.0, 1.0, 1.0], [0.5, 2.0, 1.0], [1.0, 0.3, 2.0]])
+    alpha = bridge_alpha(mu, var)
+    dirichlet = DirichletPrediction(alpha)
+    assert np.isfinite(alpha).all() and (alpha > 0).all()
+    for values in (dirichlet.mean, dirichlet.var, dirichlet.entropy()):
+        assert np.isfinite(values).all()
+    np.testing.assert_allclose(dirichlet.mean.sum(1), 1.0)
+    np.testing.assert_array_equal(dirichlet.mean[:2].argmax(1), [1, 0])
+    # where nothing overflows, Eq. 7 as written
+    K, m = 3, mu[2] - mu[2].mean()
+    eq7 = (1 - 2 / K + np.exp(m) / K**2 * np.exp(-m).sum()) / var[2]
+    np.testing.assert_allclose(alpha[2], eq7, rtol=1e-13)
