@@ -125,15 +125,17 @@ def _layer_input(module, layer_name, X):
 
     One temporary hook on that layer only (removed in ``finally``): the last
     layer was found and checked by :func:`find_last_linear` at fit time, so
-    prediction skips the hooks on every ``nn.Linear`` and the output check.
+    prediction skips the hooks on every ``nn.Linear`` and the output check. Under
+    the lock: a hook sees the forward passes of every thread.
     """
     seen = []
-    handle = module.get_submodule(layer_name).register_forward_hook(
-        lambda m, inp, out: seen.append(inp[0]))
-    try:
-        module(X)
-    finally:
-        handle.remove()
+    with _FUNCTIONAL_CALL_LOCK:
+        handle = module.get_submodule(layer_name).register_forward_hook(
+            lambda m, inp, out: seen.append(inp[0]))
+        try:
+            module(X)
+        finally:
+            handle.remove()
     return seen[-1]
 
 
