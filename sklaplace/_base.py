@@ -220,16 +220,23 @@ def full_structure_seconds(n_rows, n_out, n_params, flops_per_second=ASSUMED_FLO
     return flops / flops_per_second
 
 
+def all_weights_structure(all_linear, n_rows, n_out, n_params, fits=True):
+    """``hessian_structure="auto"`` over all weights: the full GGN when it is estimated
+    within AUTO_FULL_SECONDS and its Jacobians fit the memory budget; else Kronecker
+    factors when every trainable tensor sits in an ``nn.Linear``; else the diagonal."""
+    if fits and full_structure_seconds(n_rows, n_out, n_params) <= AUTO_FULL_SECONDS:
+        return "full"
+    return "kron" if all_linear else "diag"
+
+
 def _auto_structure(module, n_rows, n_out, n_params, fits):
     """``"auto"``: (subset, structure) by the estimated cost of the full curvature.
 
-    All weights with the full GGN when it is estimated within AUTO_FULL_SECONDS;
-    else all weights Kronecker-factored when every trainable tensor sits in an
-    ``nn.Linear`` (our own KFLR pass); else the last layer.
+    All weights as :func:`all_weights_structure`, except that a net the diagonal
+    would be left with takes the last layer instead.
     """
-    if fits and full_structure_seconds(n_rows, n_out, n_params) <= AUTO_FULL_SECONDS:
-        return "all", "full"
-    return ("all", "kron") if _all_linear(module) else ("last_layer", "auto")
+    structure = all_weights_structure(_all_linear(module), n_rows, n_out, n_params, fits)
+    return ("all", structure) if structure != "diag" else ("last_layer", "auto")
 
 
 def _all_linear(module):
@@ -491,10 +498,9 @@ class BaseLaplace(BaseEstimator):
 
     def _online_callbacks(self, sizes, y_model, sample_weight=None):
         structure = self.hessian_structure
-        if structure == "auto":
-            cheap = full_structure_seconds(len(y_model), self._n_model_outputs,
-                                           sum(sizes)) <= AUTO_FULL_SECONDS
-            structure = "full" if cheap else "kron" if self._all_linear else "diag"
+        if structure == "auto":  # the final LA takes the same (_resolve_subset)
+            structure = all_weights_structure(self._all_linear, len(y_model),
+                                              self._n_model_outputs, sum(sizes))
         gaussian = self._likelihood.has_noise
         return [OnlineEvidence(
             self._likelihood.name, hessian_structure=structure, curvature=self.curvature,
@@ -522,10 +528,16 @@ class BaseLaplace(BaseEstimator):
     def _resolve_subset(self, module, X, y, out_scale, n_out, weight=None):
         if continual.current_task(self) is not None:  # partial_fit: all weights
             return continual.resolve_subset(self, module, X, n_out)
+        if self.hyperparameter_tuning_ == "online":  # the structure the prior was tuned on
+            callback = next(cb for _, cb in self.net_.callbacks_
+                            if isinstance(cb, OnlineEvidence))
+            return AllWeights(module), "all", callback.hessian_structure
         kind, structure = self.subset_of_weights, self.hessian_structure
+        n_all = sum(tensor_sizes(module))
+        fits = jacobian_bytes(X.shape[0], n_out, n_all) <= memory_budget(X.device)
+        if kind == "all" and structure == "auto":
+            structure = all_weights_structure(_all_linear(module), X.shape[0], n_out, n_all, fits)
         if kind == "auto":
-            n_all = sum(tensor_sizes(module))
-            fits = jacobian_bytes(X.shape[0], n_out, n_all) <= memory_budget(X.device)
             if structure == "full":
                 kind = "all" if n_all <= AUTO_FULL_MAX_PARAMS and fits else "last_layer"
             elif structure == "auto":

@@ -78,6 +78,10 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         Kronecker-factored for nets of ``nn.Linear`` layers, else the last
         layer (full up to 2,000 weights, else kron). With an explicit
         ``hessian_structure="full"``: all weights up to 5,000 parameters.
+        ``"all"`` with ``hessian_structure="auto"``: full under the same
+        estimate, else kron for nets of ``nn.Linear`` layers, else diag.
+        ``hyperparameter_tuning="online"`` takes all weights and the structure
+        its updates used (the one ``"all"`` picks).
     hessian_structure : {"auto", "full", "diag", "kron", "lowrank"}, default="auto"
         Structure of the curvature and the posterior.
     subnetwork : int, list of str or None, default=None
@@ -178,7 +182,9 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     log_evidence_ : float
         Laplace log marginal likelihood of the fit.
     evidence_history_ : list of dict
-        Online tuning only: epoch, log_evidence, prior_precision per update.
+        Online tuning only: epoch, log_evidence, prior_precision (one value
+        per parameter tensor; per weight with ``prior_structure="diag"``) per
+        update.
     n_tasks_ : int
         ``partial_fit`` only: the number of tasks (calls, a preceding ``fit``
         counting as one) the posterior has absorbed; ``log_evidence_`` is then

@@ -55,10 +55,12 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         ``"cv"``: fit the network and the LA on ``1 − validation_fraction`` of
         the rows, choose the scalar δ and σ by the NLL of the predictive (the
         GP's with ``pred_type="gp"``) on the held-out rest (Laplace Redux's
-        "CV" method; log10 δ ∈ [−4, 4] in quarter decades; the largest δ
-        within one paired standard error of the smallest NLL), then refit net
-        and LA on all rows with them (as scikit-learn's ``*CV`` estimators
-        with ``refit=True``).
+        "CV" method), then refit net and LA on all rows with them (as
+        scikit-learn's ``*CV`` estimators with ``refit=True``). The grid is
+        over ρ = δ·σ²·T, the ratio the posterior's shape depends on: log10 ρ ∈
+        [−4, 4] in quarter decades, the best σ for each ρ, and the largest ρ
+        within one paired standard error of the smallest NLL; δ = ρ / (σ²T)
+        (model units) can lie outside [1e-4, 1e4].
     validation_fraction : float, default=0.2
         Share of the rows held out by ``hyperparameter_tuning="cv"``
         (stratified for classification), as in scikit-learn's MLP.
@@ -70,6 +72,10 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Kronecker-factored for nets of ``nn.Linear`` layers, else the last
         layer (full up to 2,000 weights, else kron). With an explicit
         ``hessian_structure="full"``: all weights up to 5,000 parameters.
+        ``"all"`` with ``hessian_structure="auto"``: full under the same
+        estimate, else kron for nets of ``nn.Linear`` layers, else diag.
+        ``hyperparameter_tuning="online"`` takes all weights and the structure
+        its updates used (the one ``"all"`` picks).
     hessian_structure : {"auto", "full", "diag", "kron", "lowrank"}, default="auto"
         Structure of the curvature and the posterior.
     subnetwork : int, list of str or None, default=None
@@ -178,7 +184,8 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     log_evidence_ : float
         Laplace log marginal likelihood of the fit (in the units of y).
     evidence_history_ : list of dict
-        Online tuning only: epoch, log_evidence, prior_precision and
+        Online tuning only: epoch, log_evidence, prior_precision (one value
+        per parameter tensor; per weight with ``prior_structure="diag"``) and
         sigma_noise per update.
     n_tasks_ : int
         ``partial_fit`` only: the number of tasks (calls, a preceding ``fit``

@@ -101,6 +101,42 @@ def test_concurrent_predictions_equal_single_thread(subset, structure):
     pickle.loads(pickle.dumps(est))
 
 
+class TwoPart(nn.Module):
+    """Not an nn.Sequential: the last layer's features are read with a hook."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, X):
+        return self.head(torch.tanh(self.body(X)))
+
+
+def test_concurrent_last_layer_predictions_through_a_hook_see_their_own_rows():
+    # the hook on the shared module also recorded other threads' forward passes
+    rng = np.random.RandomState(0)
+    X = rng.randn(60, 4).astype(np.float32)
+    y = rng.randint(0, 3, 60)
+    net = NeuralNetClassifier(TwoPart, criterion=nn.CrossEntropyLoss, max_epochs=5,
+                              train_split=None, verbose=0)
+    est = LaplaceClassifier(net, subset_of_weights="last_layer", hessian_structure="full",
+                            random_state=0).fit(X, y)
+    assert est._subset.body is None
+    blocks = [X[i:i + 10] for i in range(0, 60, 10)]
+    refs = [est.predict_proba(b) for b in blocks]
+    counter = iter(range(10**6))
+    lock = threading.Lock()
+
+    def predict():
+        with lock:
+            k = next(counter) % len(blocks)
+        return k, est.predict_proba(blocks[k])
+
+    for k, proba in _hammer(predict, n_calls=10):
+        np.testing.assert_array_equal(proba, refs[k])
+
+
 def test_concurrent_nn_sampling_and_evidence():
     rng = np.random.RandomState(0)
     X, y = rng.randn(50, 3), rng.randn(50)
@@ -379,7 +415,41 @@ def test_online_default_on_a_batchnorm_net_beyond_the_full_budget(monkeypatch):
     assert est.hyperparameter_tuning_ == "online" and est.evidence_history_
     callback = next(cb for _, cb in est.net_.callbacks_ if hasattr(cb, "history_"))
     assert callback.hessian_structure == "diag"
+    # the final LA is the one the prior was tuned on (it was the last layer, full)
+    assert (est.subset_of_weights_, est.hessian_structure_) == ("all", "diag")
+    best = max(h["log_evidence"] for h in est.evidence_history_)
+    assert est.log_evidence_ == pytest.approx(best, rel=1e-8)
     assert np.isfinite(est.predict(X)).all()
+
+
+@pytest.mark.parametrize("tuning", ["online", "evidence"])
+def test_all_weights_auto_structure_beyond_the_full_budget(monkeypatch, tuning):
+    """subset_of_weights="all", hessian_structure="auto": online tuned δ on Kronecker
+    factors (the full GGN was over budget) and the final LA then took the full GGN
+    anyway; post hoc, "all" + "auto" took the full GGN at any cost."""
+    import sklaplace._base as base
+
+    monkeypatch.setattr(base, "AUTO_FULL_SECONDS", 0.0)
+    X, y = _linear_data(1.0)
+    y = (y > 0).astype(int)
+    est = LaplaceClassifier(hidden_layer_sizes=(8,), subset_of_weights="all",
+                            hyperparameter_tuning=tuning, online_frequency=10,
+                            **FAST).fit(X, y)
+    assert (est.subset_of_weights_, est.hessian_structure_) == ("all", "kron")
+    if tuning == "online":
+        best = max(h["log_evidence"] for h in est.evidence_history_)
+        assert est.log_evidence_ == pytest.approx(best, rel=1e-8)
+
+
+def test_online_history_of_a_diagonal_prior_has_every_weight():
+    # it held the δ of the first weight of each tensor, presented as one per tensor
+    X, y = _linear_data(1.0)
+    est = LaplaceRegressor(hidden_layer_sizes=(6,), prior_structure="diag",
+                           hyperparameter_tuning="online", online_frequency=10,
+                           **FAST).fit(X, y)
+    best = max(est.evidence_history_, key=lambda h: h["log_evidence"])
+    assert best["prior_precision"].shape == (est.n_params_,)
+    np.testing.assert_allclose(best["prior_precision"], est.prior_precision_)
 
 
 @pytest.mark.parametrize("Estimator", [LaplaceRegressor, LaplaceClassifier])

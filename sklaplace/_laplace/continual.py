@@ -141,7 +141,7 @@ def resolve_subset(estimator, module, X, n_out):
     its Jacobians fit the memory budget, else Kronecker factors (nets of
     ``nn.Linear`` layers), else the diagonal.
     """
-    from .._base import AUTO_FULL_SECONDS, _all_linear, full_structure_seconds
+    from .._base import _all_linear, all_weights_structure
     from .curvature import jacobian_bytes, memory_budget
     from .subsets import AllWeights
 
@@ -159,8 +159,7 @@ def resolve_subset(estimator, module, X, n_out):
     else:
         P = subset.n_params
         fits = jacobian_bytes(X.shape[0], n_out, P) <= memory_budget(X.device)
-        cheap = full_structure_seconds(X.shape[0], n_out, P) <= AUTO_FULL_SECONDS
-        structure = "full" if fits and cheap else "kron" if _all_linear(module) else "diag"
+        structure = all_weights_structure(_all_linear(module), X.shape[0], n_out, P, fits)
     return subset, "all", structure
 
 

@@ -117,7 +117,10 @@ class OnlineEvidence(Callback):
             self.best_epoch_ = epoch
         groups = AllWeights(module).group_index
         starts = np.concatenate([[0], np.flatnonzero(np.diff(groups)) + 1])
-        per_group = delta.expand(len(groups))[starts] if delta.dim() == 0 else delta[starts]
+        if self.prior_structure == "diag":  # one value per weight
+            per_group = delta.expand(len(groups))
+        else:  # one value per tensor ("scalar": the same for every tensor)
+            per_group = delta.expand(len(groups))[starts] if delta.dim() == 0 else delta[starts]
         self.history_.append({
             "epoch": epoch,
             "log_evidence": value,
