@@ -239,6 +239,17 @@ def _auto_structure(module, n_rows, n_out, n_params, fits):
     return ("all", structure) if structure != "diag" else ("last_layer", "auto")
 
 
+def _at_prior(posterior, delta, s):
+    """``posterior`` at a scalar prior precision ``delta`` and curvature scale ``s``."""
+    return posterior.with_prior(torch.tensor(float(delta), dtype=torch.float64),
+                                torch.tensor(float(s), dtype=torch.float64))
+
+
+def _scaled_moments(mean, v, c_of, sigma):
+    """GLM held-out moments at σ: the mean and c(σ)·v (``_held_out_gaussian``)."""
+    return mean, c_of(sigma) * v
+
+
 def _all_linear(module):
     """Whether every trainable tensor sits in an ``nn.Linear`` (our Kronecker factors)."""
     try:
@@ -768,32 +779,70 @@ class BaseLaplace(BaseEstimator):
         """Scalar δ (and σ) by held-out NLL over the grid (one-SE rule) of the predictive of
         ``posterior`` (its curvature, without prior); (δ, σ tensor).
 
-        With row weights the held-out NLL and its standard error are those of the
-        rows duplicated by their weights (weighted means, Σ w rows)."""
+        ``pred_type="nn"`` scores the sampled net over the whole decades of the grid,
+        the same draws z for every δ (common random numbers). With row weights the
+        held-out NLL and its standard error are those of the rows duplicated by their
+        weights (weighted means, Σ w rows)."""
         Xv = torch.as_tensor(np.asarray(X_val), dtype=torch.float64, device=self._la_device)
         yv = torch.as_tensor(np.ascontiguousarray(y_val), device=self._la_device)
-        deltas = 10.0 ** LOG10_PRIOR_GRID
+        sampled = self.pred_type == "nn"
+        deltas = 10.0 ** (LOG10_PRIOR_GRID[::4] if sampled else LOG10_PRIOR_GRID)
         with torch.no_grad():
-            f, J = subset.jacobians(Xv)
-            variance = variance_path(posterior, J)
+            if not sampled:
+                f, J = subset.jacobians(Xv)
+                variance = variance_path(posterior, J)
             if not evidence.gaussian:
                 scale = float(evidence.scale(None))
-                losses = np.array([self._held_out_nll(f, variance(d, scale), yv)
-                                   for d in deltas])
+                if sampled:
+                    losses = [self._held_out_nll_of_samples(
+                        self._draw_outputs(_at_prior(posterior, d, scale), subset, Xv), yv)
+                        for d in deltas]
+                else:
+                    losses = [self._held_out_nll(f, variance(d, scale), yv) for d in deltas]
+                losses = np.array(losses)
                 chosen = one_standard_error_choice(losses, w_val)
                 self.validation_nll_ = float(np.average(losses[chosen], weights=w_val))
                 return float(deltas[chosen]), None
             # Gaussian: Σ(δ, σ) = c·(H + ρI)⁻¹ with c = 1/s(σ) and ρ = c·δ, so one
-            # variance per ρ serves every σ (searched in 1-D per ρ).
+            # variance (one set of draws ε₁ ~ N(0, (H + ρI)⁻¹)) per ρ serves every σ,
+            # searched in 1-D per ρ.
             floor = 1e-3 * max(float(weighted_spread(y_model, w_fit)), 1e-12)
-            w_cells = None if w_val is None else np.repeat(w_val, f.shape[1])
-            fits = [self._held_out_gaussian(f, variance(rho, 1.0), yv, evidence, floor, w_cells)
-                    for rho in deltas]
+            n_out = yv.reshape(len(yv), -1).shape[1]
+            w_cells = None if w_val is None else np.repeat(w_val, n_out)
+
+            def c_of(sigma):
+                return 1.0 / float(evidence.scale(torch.tensor(sigma, dtype=torch.float64)))
+
+            fits = []
+            for rho in deltas:
+                if sampled:
+                    eps = _at_prior(posterior, rho, 1.0).sample(self.n_samples,
+                                                                self._generator())
+                    moments = functools.partial(self._sampled_moments, subset, Xv, eps, c_of)
+                else:
+                    f_np = f.cpu().numpy().ravel()
+                    v = torch.diagonal(variance(rho, 1.0), dim1=1, dim2=2).clamp_min(0)
+                    v = v.cpu().numpy().ravel()
+                    moments = functools.partial(_scaled_moments, f_np, v, c_of)
+                fits.append(self._held_out_gaussian(moments, yv, floor, w_cells))
         chosen = one_standard_error_choice([losses for losses, _ in fits], w_cells)
         losses, sigma = fits[chosen]
         self.validation_nll_ = float(np.average(losses, weights=w_cells))
         sigma_t = torch.tensor(sigma, dtype=torch.float64)
         return float(deltas[chosen] * evidence.scale(sigma_t)), sigma_t
+
+    def _draw_outputs(self, posterior, subset, Xv):
+        """The net at θ* + ε on ``Xv`` for the n_samples draws ε ~ N(0, Σ) of the prediction
+        seed (the draws ``predict`` makes with ``pred_type="nn"``): (S, n, C)."""
+        eps = posterior.sample(self.n_samples, self._generator())
+        return torch.stack([subset.forward(Xv, subset.theta + e) for e in eps])
+
+    def _sampled_moments(self, subset, Xv, eps, c_of, sigma):
+        """Mean and variance (flattened, numpy) of the net at θ* + √c(σ)·ε₁ over the draws."""
+        root = np.sqrt(c_of(sigma))
+        samples = torch.stack([subset.forward(Xv, subset.theta + root * e) for e in eps])
+        var = samples.var(0, correction=int(len(eps) > 1))
+        return samples.mean(0).cpu().numpy().ravel(), var.cpu().numpy().ravel()
 
     def _tune_refined_on_held_out(self, structure, likelihood, X, y, weight, sigma, out_scale,
                                   n_out, X_val, y_val, w_val):
@@ -820,17 +869,18 @@ class BaseLaplace(BaseEstimator):
         self._log(f"refined held-out NLL per decade of δ: {np.round(np.mean(losses, 1), 4)}")
         return float(deltas[chosen]), None
 
-    def _held_out_gaussian(self, f, cov, y, evidence, floor, weight=None):
-        """Per-row held-out Gaussian NLL at the best σ (bounded 1-D search) for
-        Σ = (H + ρI)⁻¹/s(σ); returns (losses (n·C,), σ)."""
-        r2 = ((y.reshape(f.shape) - f) ** 2).cpu().numpy().ravel()
-        v = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0).cpu().numpy().ravel()
+    def _held_out_gaussian(self, moments, y, floor, weight=None):
+        """Per-cell held-out Gaussian NLL at the best σ (bounded 1-D search); ``moments(σ)``
+        gives the predictive mean and epistemic variance (flattened); (losses (n·C,), σ)."""
+        y = y.cpu().numpy().ravel()
 
         def losses(log_sigma):
             sigma = np.exp(log_sigma)
-            var = v / float(evidence.scale(torch.tensor(sigma, dtype=torch.float64))) + sigma**2
-            return 0.5 * (np.log(2 * np.pi * var) + r2 / var)
+            mean, v = moments(sigma)
+            var = v + sigma**2
+            return 0.5 * (np.log(2 * np.pi * var) + (y - mean) ** 2 / var)
 
+        r2 = (y - moments(floor)[0]) ** 2
         upper = np.log(10 * max(np.sqrt(np.average(r2, weights=weight)), floor))
         total = (lambda t: losses(t).sum()) if weight is None else (lambda t: losses(t) @ weight)
         result = minimize_scalar(total, bounds=(np.log(floor), upper),
@@ -919,8 +969,8 @@ class BaseLaplace(BaseEstimator):
     def _nn_samples(self, Xt, n_samples, generator):
         """Network outputs at weight samples θ* + ε, ε ~ N(0, Σ): (S, n, C)."""
         with torch.no_grad():
-            thetas = self._subset.theta + self._posterior.sample(n_samples, generator)
-            return torch.stack([self._subset.forward(Xt, theta) for theta in thetas])
+            eps = self._posterior.sample(n_samples, generator)
+            return torch.stack([self._subset.forward(Xt, self._subset.theta + e) for e in eps])
 
     def _function_samples(self, X, n_samples, random_state):
         """Functions from the posterior: GLM f + J(θ − θ*), or the net at θ."""

@@ -20,6 +20,12 @@ from .distributions import (LogitGaussianPrediction, binary_probit_proba, center
 LINKS = ("probit", "bridge", "mc")
 
 
+def _label_nll(proba, y):
+    """−log of the probability of each row's label (``y`` encoded, a tensor)."""
+    picked = proba[np.arange(len(proba)), y.cpu().numpy().astype(int)]
+    return -np.log(np.maximum(picked, np.finfo(float).tiny))
+
+
 class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     """Neural network classifier with a Laplace approximation posterior.
 
@@ -62,7 +68,8 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         given values (use this in GridSearchCV over ``prior_precision``).
         ``"cv"``: fit the network and the LA on ``1 − validation_fraction`` of
         the rows, choose the scalar δ by the NLL of the predictive (the
-        GP's with ``pred_type="gp"``) on the held-out rest (Laplace Redux's
+        GP's with ``pred_type="gp"``; the sampled net's, over whole decades,
+        with ``"nn"``) on the held-out rest (Laplace Redux's
         "CV" method; log10 δ ∈ [−4, 4] in quarter decades; the largest δ
         within one paired standard error of the smallest NLL), then refit net
         and LA on all rows with them (as scikit-learn's ``*CV`` estimators
@@ -448,17 +455,17 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         """
         check_is_fitted(self)
         Xt = self._X_tensor(X)
-        samples = None
         if self.pred_type == "nn":
-            samples = self._nn_samples(Xt, self.n_samples, self._generator())
-            mean = samples.mean(0)
-            centered = samples - mean
-            cov = torch.einsum("snc,snd->ncd", centered, centered) / max(1, self.n_samples - 1)
-            link = "nn"
-        else:
-            mean, cov = self._glm_moments(Xt)
-            link = self.link_approx
-        return self._logit_dist(mean, cov, link, samples)
+            return self._sampled_dist(self._nn_samples(Xt, self.n_samples, self._generator()))
+        mean, cov = self._glm_moments(Xt)
+        return self._logit_dist(mean, cov, self.link_approx)
+
+    def _sampled_dist(self, samples):
+        """The predictive of logit draws (S, n, C) of sampled weights (``link="nn"``)."""
+        mean = samples.mean(0)
+        centered = samples - mean
+        cov = torch.einsum("snc,snd->ncd", centered, centered) / max(1, len(samples) - 1)
+        return self._logit_dist(mean, cov, "nn", samples)
 
     def _logit_dist(self, mean, cov, link, samples=None):
         single = self._likelihood.single_logit
@@ -504,9 +511,11 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
 
     def _held_out_nll(self, f, cov, y):
         """Negative log predictive probability of each label of ``y`` (encoded)."""
-        proba = self._proba_from_moments(f, cov)
-        picked = proba[np.arange(len(proba)), y.cpu().numpy().astype(int)]
-        return -np.log(np.maximum(picked, np.finfo(float).tiny))
+        return _label_nll(self._proba_from_moments(f, cov), y)
+
+    def _held_out_nll_of_samples(self, samples, y):
+        """:meth:`_held_out_nll` of the ``pred_type="nn"`` predictive of logit draws."""
+        return _label_nll(self._sampled_dist(samples).proba(), y)
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`.

@@ -54,7 +54,8 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         given values (use this in GridSearchCV over ``prior_precision``).
         ``"cv"``: fit the network and the LA on ``1 − validation_fraction`` of
         the rows, choose the scalar δ and σ by the NLL of the predictive (the
-        GP's with ``pred_type="gp"``) on the held-out rest (Laplace Redux's
+        GP's with ``pred_type="gp"``; the sampled net's, over whole decades,
+        with ``"nn"``) on the held-out rest (Laplace Redux's
         "CV" method), then refit net and LA on all rows with them (as
         scikit-learn's ``*CV`` estimators with ``refit=True``). The grid is
         over ρ = δ·σ²·T, the ratio the posterior's shape depends on: log10 ρ ∈

@@ -1,5 +1,7 @@
 """hyperparameter_tuning="cv": held-out NLL search, and the centred extended probit."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -180,3 +182,52 @@ def test_refit_with_other_tuning_drops_the_held_out_score():
     assert hasattr(est, "validation_nll_")
     est.set_params(hyperparameter_tuning="evidence").fit(X, y)
     assert not hasattr(est, "validation_nll_")
+
+
+def test_cv_with_nn_predictive_scores_the_sampled_net():
+    """pred_type="nn": δ by the held-out NLL of the sampled net (whole decades of the grid,
+    the prediction's draws): equal to predicting with the net at each decade by hand.
+    (It scored the GLM predictive before, and picked another δ on this net.)"""
+    X, y = _clf_data(n=120)
+    params = dict(pred_type="nn", n_samples=30, random_state=0)
+    est = LaplaceClassifier(hyperparameter_tuning="cv", **params)
+    fit, held = validation_split(len(y), est.validation_fraction, _cv_seed(est), labels=y)
+    net = _trained_net(X[fit], y[fit])  # held-out rows the net never saw
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # cv with a frozen net
+        est = est.set_params(net=net).fit(X, y)
+    deltas = 10.0 ** LOG10_PRIOR_GRID[::4]
+    losses = []
+    for delta in deltas:
+        part = LaplaceClassifier(net, hyperparameter_tuning=None, prior_precision=delta,
+                                 **params).fit(X[fit], y[fit])
+        proba = part.predict_proba(X[held])
+        losses.append(-np.log(proba[np.arange(len(held)), y[held]]))
+    chosen = one_standard_error_choice(losses)
+    assert est.prior_precision_ == pytest.approx(deltas[chosen], rel=1e-12)
+    assert est.validation_nll_ == pytest.approx(np.mean(losses[chosen]), rel=1e-9)
+    assert np.ptp(np.mean(losses, axis=1)) > 0.01  # the decades differ
+
+
+def test_cv_regressor_with_nn_predictive_scores_the_sampled_net():
+    rng = np.random.RandomState(0)
+    X = rng.randn(150, 3)
+    y = np.sin(2 * X[:, 0]) + 0.2 * rng.randn(150)
+    net = _trained_net(X, y, classifier=False)
+    params = dict(pred_type="nn", n_samples=30, normalize_y=False, random_state=0)
+    est = LaplaceRegressor(net, hyperparameter_tuning="cv", **params).fit(X, y)
+    fit, held = validation_split(len(y), est.validation_fraction, _cv_seed(est))
+    sigma = est.sigma_noise_ / est._y_std.mean()  # model units, as validation_nll_
+    rho = est.prior_precision_ * sigma**2
+    assert np.log10(rho) == pytest.approx(np.round(np.log10(rho)), abs=1e-9)  # a decade
+
+    def held_out_nll(sigma):  # the sampled net's predictive at (ρ, σ), by hand
+        part = LaplaceRegressor(net, hyperparameter_tuning=None, prior_precision=rho / sigma**2,
+                                sigma_noise=sigma, **params).fit(X[fit], y[fit])
+        mean, std = part.predict(X[held], return_std=True)
+        return np.mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * ((y[held] - mean) / std) ** 2)
+
+    scale = np.log(est._y_std.mean())  # validation_nll_ is in standardized units
+    assert held_out_nll(sigma) == pytest.approx(est.validation_nll_ + scale, rel=1e-6)
+    for factor in (0.9, 1.1):  # σ is the best at that ρ
+        assert held_out_nll(factor * sigma) > held_out_nll(sigma)
