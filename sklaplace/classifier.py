@@ -116,7 +116,10 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         (broad posteriors over many classes) ``"mc"`` with enough samples can
         differ by several hundredths of a nat (UCI satellite, diagonal
         ``refine="vi"``, 9 splits: test NLL 0.261 with the probit, 0.239 with
-        1,000 draws; on digits the probit was the better of the two).
+        1,000 draws; on digits the probit was the better of the two). For two
+        classes the bridge's mean is the MAP probability (its two logits have
+        one variance, which cancels): its uncertainty is only in
+        ``predict_dist``.
     n_samples : int, default=100
         Samples of the ``"mc"`` link and of ``pred_type="nn"``.
     temperature : float, default=1.0
