@@ -382,8 +382,12 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         task's curvature at the new MAP is added to the earlier tasks' (exactly
         for ``"diag"`` and ``"full"``, summed Kronecker factors for ``"kron"``)
         and δ and σ are re-tuned on the task's evidence p(D_t | D_<t), which is
-        then ``log_evidence_``. For a net without hidden layer every step is
-        exact: the posterior equals that of one fit on all tasks' rows. The
+        then ``log_evidence_``. For a net without hidden layer and
+        ``hessian_structure="full"`` every step is exact: the posterior equals
+        that of one fit on all tasks' rows (``"diag"`` and ``"kron"`` carry
+        an approximation of the earlier tasks' curvature into the next MAP,
+        so they are not). The curvature and structure stay those of the
+        first call; a call that fails leaves the estimator as it was. The
         first call is ``fit`` over all weights with a full (when cheap),
         Kronecker or diagonal posterior and ``"auto"`` tuning meaning
         ``"evidence"``; a call after ``fit`` continues from that fit. The

@@ -413,6 +413,44 @@ def test_pickling_between_calls_changes_nothing():
     assert est.net_.criterion_.prior is None
 
 
+def test_a_failed_call_leaves_the_estimator_as_it_was(monkeypatch):
+    """A call that raised after training (here in the Laplace fit) left net_ trained on
+    the failed task, out of step with the posterior: the next call started from it."""
+    from sklaplace import _base
+
+    X, y = _blobs(n=90)
+    est = LaplaceClassifier(hessian_structure="kron", **SMALL)
+    est.partial_fit(X[:30], y[:30], classes=["a", "b", "c"])
+    state = pickle.dumps(est)
+    ref = pickle.loads(state).partial_fit(X[30:60], y[30:60]).predict_proba(X)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("interrupted")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_base.BaseLaplace, "_fit_laplace", fail)
+        with pytest.raises(RuntimeError, match="interrupted"):
+            est.partial_fit(X[60:], y[60:])
+    assert est.n_tasks_ == 1
+    torch.testing.assert_close(AllWeights(est.net_.module_).theta.double(),
+                               est._subset.theta, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(est.partial_fit(X[30:60], y[30:60]).predict_proba(X), ref)
+
+
+@pytest.mark.parametrize("change", [dict(hessian_structure="diag"), dict(curvature="ef")])
+def test_switching_structure_or_curvature_between_calls_is_refused(change):
+    # a GGN sum with an empirical Fisher added was accepted without a word
+    X, y = _blobs(n=60)
+    est = LaplaceClassifier(hessian_structure="kron", **SMALL)
+    est.partial_fit(X[:30], y[:30], classes=["a", "b", "c"])
+    before = est.net_.module_.state_dict()
+    name = next(iter(change))
+    with pytest.raises(ValueError, match=f"{name}=.*partial_fit keeps one {name}"):
+        est.set_params(**change).partial_fit(X[30:], y[30:])
+    for key, value in est.net_.module_.state_dict().items():  # refused before training
+        torch.testing.assert_close(value, before[key])
+
+
 def test_random_state_makes_the_sequence_reproducible():
     X, y = _blobs(n=60)
 

@@ -25,8 +25,9 @@ N(θ*_{t−1}, Λ_{t−1}⁻¹) with Λ_{t−1} = s·H_{<t} + D:
   normalizer), with the prior mean in its quadratic term:
   log p(D_t | θ*_t) − ½ Δᵀ Λ_{t−1} Δ + ½ log det Λ_{t−1} − ½ log det Λ_t,
   Δ = θ*_t − θ*_{t−1}; δ (and σ) are re-tuned on it per task.  For a linear
-  model with a Gaussian likelihood every step is exact, so the per-task
-  evidences sum to the evidence of the union.
+  model with a Gaussian likelihood and the full structure every step is
+  exact, so the per-task evidences sum to the evidence of the union (the
+  diagonal and Kronecker priors approximate Λ_{t−1}: the next MAP moves).
 
 Supported: all weights with the full, diagonal or Kronecker structure (not the
 last layer, a subnetwork or the low-rank structure: the curvature of weights
@@ -148,12 +149,8 @@ def resolve_subset(estimator, module, X, n_out):
     subset = AllWeights(module)
     task = current_task(estimator)
     requested = estimator.hessian_structure
-    if task.previous is not None:
+    if task.previous is not None:  # the same (fit_next_task checked it)
         structure = task.previous.structure
-        if requested not in ("auto", structure):
-            raise ValueError(
-                f"hessian_structure={requested!r} but the posterior of the earlier tasks is "
-                f"{structure!r}; partial_fit keeps one structure (refit to change it).")
     elif requested != "auto":
         structure = requested
     else:
@@ -362,12 +359,9 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
 
     Trains the net from θ*_{t−1} under the prior N(θ*_{t−1}, Λ_{t−1}⁻¹) (a frozen net
     keeps its weights), adds the task's curvature at θ*_t to the earlier tasks' and
-    re-tunes δ (and σ) on the task's evidence p(D_t | D_<t).
+    re-tunes δ (and σ) on the task's evidence p(D_t | D_<t). A call that fails leaves
+    the estimator as it was.
     """
-    from . import nets
-    from .._base import check_seed
-    from sklearn.base import clone
-
     estimator._check_params()
     _check_scalar_sigma(estimator)
     previous = estimator._posterior
@@ -378,6 +372,27 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
             f"{estimator.subset_of_weights_!r}, hessian_structure_="
             f"{estimator.hessian_structure_!r}. Start over with partial_fit, or fit with "
             "subset_of_weights='all' and hessian_structure 'full', 'diag' or 'kron'.")
+    for name, value, fitted in (
+            ("hessian_structure", estimator.hessian_structure, previous.structure),
+            ("curvature", estimator.curvature, estimator._evidence.curvature)):
+        if value != fitted and not (name == "hessian_structure" and value == "auto"):
+            raise ValueError(
+                f"{name}={value!r} but the posterior of the earlier tasks has {fitted!r}; "
+                f"partial_fit keeps one {name} (refit to change it).")
+    state = dict(estimator.__dict__)
+    try:
+        return _fit_next_task(estimator, X, y_model, y_scale, sample_weight, previous)
+    except BaseException:  # a failed call leaves the estimator as it was, net_ included
+        estimator.__dict__.clear()
+        estimator.__dict__.update(state)
+        raise
+
+
+def _fit_next_task(estimator, X, y_model, y_scale, sample_weight, previous):
+    from . import nets
+    from .._base import check_seed
+    from sklearn.base import clone
+
     for stale in ("validation_nll_", "evidence_history_"):  # of an earlier fit, other tuning
         estimator.__dict__.pop(stale, None)
     n_previous = estimator.__dict__.get("_continual_rows", float(estimator._evidence.n_rows))
