@@ -510,8 +510,8 @@ class BaseLaplace(BaseEstimator):
     def _online_callbacks(self, sizes, y_model, sample_weight=None):
         structure = self.hessian_structure
         if structure == "auto":  # the final LA takes the same (_resolve_subset)
-            structure = all_weights_structure(self._all_linear, len(y_model),
-                                              self._n_model_outputs, sum(sizes))
+            structure = self._refinable(all_weights_structure(
+                self._all_linear, len(y_model), self._n_model_outputs, sum(sizes)))
         gaussian = self._likelihood.has_noise
         return [OnlineEvidence(
             self._likelihood.name, hessian_structure=structure, curvature=self.curvature,
@@ -564,7 +564,13 @@ class BaseLaplace(BaseEstimator):
         if structure == "auto":
             small = kind != "last_layer" or subset.n_params <= AUTO_LAST_LAYER_FULL_MAX
             structure = "full" if small else "kron"
+        if self.hessian_structure == "auto":
+            structure = self._refinable(structure)
         return subset, kind, structure
+
+    def _refinable(self, structure):
+        """An "auto" structure that ``refine`` covers: the diagonal instead of kron."""
+        return "diag" if self.refine is not None and structure == "kron" else structure
 
     def _subnetwork_indices(self, module, X, y, out_scale, weight=None):
         """Indices of the S weights of largest marginal variance under a diagonal LA."""
@@ -846,8 +852,9 @@ class BaseLaplace(BaseEstimator):
 
     def _tune_refined_on_held_out(self, structure, likelihood, X, y, weight, sigma, out_scale,
                                   n_out, X_val, y_val, w_val):
-        """Scalar δ by the held-out NLL of the *refined* predictive (one-SE rule) over the
-        whole decades of the grid, one refinement each; (δ, None). Scoring the unrefined
+        """Scalar δ by the held-out NLL of the *refined* predictive (the sampled net's with
+        ``pred_type="nn"``; one-SE rule) over the whole decades of the grid, one refinement
+        each; (δ, None). Scoring the unrefined
         predictive would pick the width of another posterior: with the MAP-ward one-SE
         rule often δ = 1e4, under which the refined mean shrinks towards θ = 0."""
         from ._laplace.refine import refine_posterior
@@ -863,7 +870,11 @@ class BaseLaplace(BaseEstimator):
                 subset_prior(float(value), self._subset), scale, out_scale, n_out,
                 random_state=self._prediction_seed)
             with torch.no_grad():
-                losses.append(self._held_out_nll(*refined.moments(Xv, posterior), yv))
+                if self.pred_type == "nn":  # the net at draws around the refined mean
+                    losses.append(self._held_out_nll_of_samples(
+                        self._draw_outputs(posterior, refined, Xv), yv))
+                else:
+                    losses.append(self._held_out_nll(*refined.moments(Xv, posterior), yv))
         chosen = one_standard_error_choice(losses, w_val)
         self.validation_nll_ = float(np.average(losses[chosen], weights=w_val))
         self._log(f"refined held-out NLL per decade of δ: {np.round(np.mean(losses, 1), 4)}")

@@ -110,7 +110,8 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         ``"laplace"``: the GLM's mode by L-BFGS and the Laplace approximation
         there (its exact Hessian); ``"vi"``: Gaussian variational inference in
         the GLM by natural-gradient steps from the Laplace-GGN posterior. Full or
-        diagonal (``hessian_structure``), GGN curvature, ``pred_type`` "glm" or
+        diagonal (``hessian_structure``; "auto" takes the diagonal where it
+        would take kron), GGN curvature, ``pred_type`` "glm" or
         "nn"; δ is the GLM's prior (``hyperparameter_tuning`` "auto" means
         "evidence" or "online"; "cv", classifier only, scores the refined
         predictive on whole decades of δ), and the predictive mean moves to

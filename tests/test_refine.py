@@ -434,11 +434,13 @@ def test_refine_with_cv_tuning_is_refused_by_the_regressor():
                          max_epochs=2).fit(X, y.astype(float))
 
 
-@pytest.mark.parametrize("method", ["laplace", "vi"])
-def test_cv_tuning_with_refine_scores_the_refined_predictive(method, monkeypatch):
+@pytest.mark.parametrize("method, pred_type", [("laplace", "glm"), ("vi", "glm"),
+                                               ("laplace", "nn")])
+def test_cv_tuning_with_refine_scores_the_refined_predictive(method, pred_type, monkeypatch):
     """hyperparameter_tuning='cv' with refine: δ is the one-SE choice over whole decades of
-    the held-out NLL of the refined predictive, fitted on the other rows: equal to refining
-    at each δ by hand (logistic regression, a frozen net)."""
+    the held-out NLL of the refined predictive (with pred_type="nn" the sampled net's; it
+    scored the GLM's), fitted on the other rows: equal to refining at each δ by hand
+    (logistic regression, a frozen net)."""
     import warnings
 
     from sklaplace import _base
@@ -449,7 +451,7 @@ def test_cv_tuning_with_refine_scores_the_refined_predictive(method, monkeypatch
     monkeypatch.setattr(_base, "validation_split",
                         lambda *args, **kwargs: splits.append(split(*args, **kwargs)) or splits[-1])
     params = dict(subset_of_weights="all", hessian_structure="full", refine=method,
-                  random_state=0)
+                  pred_type=pred_type, n_samples=50, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # cv with a frozen net: in-sample rows
         clf = LaplaceClassifier(_frozen(4, 3), hyperparameter_tuning="cv", **params).fit(X, y)
@@ -462,6 +464,23 @@ def test_cv_tuning_with_refine_scores_the_refined_predictive(method, monkeypatch
         proba = one.predict_proba(X[held_out])
         losses.append(-np.log(proba[np.arange(len(held_out)), y[held_out]]))
     chosen = one_standard_error_choice(np.array(losses))
-    assert 0 < chosen < len(deltas) - 1  # an interior choice, not the MAP-ward end
+    if pred_type == "glm":
+        assert 0 < chosen < len(deltas) - 1  # an interior choice, not the MAP-ward end
     assert clf.prior_precision_ == deltas[chosen]
     assert clf.validation_nll_ == pytest.approx(np.mean(losses[chosen]), rel=1e-6)
+
+
+@pytest.mark.parametrize("Estimator, tuning", [(LaplaceClassifier, "evidence"),
+                                               (LaplaceRegressor, "online")])
+def test_refine_with_auto_structure_beyond_the_full_budget_takes_the_diagonal(
+        Estimator, tuning, monkeypatch):
+    # "auto" chose Kronecker factors there, which refine refused after training
+    from sklaplace import _base
+
+    monkeypatch.setattr(_base, "AUTO_FULL_SECONDS", 0.0)
+    X, y = _data(n=60)
+    est = Estimator(hidden_layer_sizes=(6,), max_epochs=10, refine="laplace",
+                    hyperparameter_tuning=tuning, online_frequency=5, random_state=0)
+    est.fit(X, y if Estimator is LaplaceClassifier else y.astype(float))
+    assert (est.subset_of_weights_, est.hessian_structure_) == ("all", "diag")
+    assert est.refine_objective_ >= est.refine_objective_init_
