@@ -345,3 +345,24 @@ def test_bridge_far_from_the_data_is_finite_and_keeps_the_order():
     K, m = 3, mu[2] - mu[2].mean()
     eq7 = (1 - 2 / K + np.exp(m) / K**2 * np.exp(-m).sum()) / var[2]
     np.testing.assert_allclose(alpha[2], eq7, rtol=1e-13)
+
+
+def test_mutual_information_does_not_depend_on_the_link():
+    """MI was H[proba under link] − E_MC[H]: with the probit or the bridge the link's error
+    swamped the difference (binary f = −2, v = 0.2: 0.0019 with the probit, 0 with the
+    bridge; the truth by quadrature is 0.0107)."""
+    from scipy.special import expit
+
+    f, v = -2.0, 0.2
+    mean = np.array([[-f / 2, f / 2]])
+    cov = np.array([[[v / 4, -v / 4], [-v / 4, v / 4]]])
+    x, w = np.polynomial.hermite_e.hermegauss(200)
+    p = expit(f + np.sqrt(v) * x)
+    w = w / w.sum()
+    entropy = stats.entropy([w @ p, 1 - w @ p])
+    truth = entropy - w @ (-(p * np.log(p) + (1 - p) * np.log(1 - p)))
+    mis = [LogitGaussianPrediction(mean, cov, link=link, n_samples=20000, single_logit=True)
+           .mutual_information() for link in ("probit", "bridge", "mc")]
+    np.testing.assert_array_equal(mis[0], mis[2])
+    np.testing.assert_array_equal(mis[1], mis[2])
+    assert mis[2][0] == pytest.approx(truth, rel=0.05)
