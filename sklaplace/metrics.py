@@ -48,8 +48,18 @@ _MULTIOUTPUT = ("uniform_average", "raw_values")
 
 
 def _check_classification(y_true, y_prob):
-    """Return ``(y_true as int indices (n,), y_prob as (n, C))`` or raise ValueError."""
-    y_prob = np.asarray(y_prob, dtype=float)
+    """Return ``(y_true as int indices (n,), y_prob as (n, C))`` or raise ValueError.
+
+    Probabilities of a lower precision (float32 nets) are renormalized after the cast
+    to float64 where their rows sum to one within that precision, so that float64's
+    sum-to-one check does not flag their rounding.
+    """
+    given = np.asarray(y_prob)
+    y_prob = given.astype(float)
+    if given.ndim == 2 and given.dtype.kind == "f" and given.dtype.itemsize < 8:
+        sums = y_prob.sum(axis=1, keepdims=True)
+        if np.all(np.abs(sums - 1.0) <= given.shape[1] * np.finfo(given.dtype).eps):
+            y_prob = y_prob / sums
     y_true = np.asarray(y_true)
     if y_prob.ndim == 1:
         y_prob = np.column_stack([1.0 - y_prob, y_prob])

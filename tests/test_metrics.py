@@ -474,3 +474,22 @@ def test_evidence_scorer_estimator_pipeline_and_grid_search():
     assert search.best_params_ == {"prior_precision": 10.0}
     with pytest.raises(ValueError, match="log_evidence_"):
         evidence_scorer(FakeEvidenceEstimator(), X, y)
+
+
+def test_float32_probabilities_do_not_warn_about_their_sums():
+    # cast to float64 first, their float32 rounding failed sklearn's sum-to-one check
+    import warnings
+
+    from scipy.special import softmax
+
+    from sklaplace.metrics import multiclass_brier_score, negative_log_likelihood
+
+    rng = np.random.default_rng(0)
+    proba = softmax(3 * rng.normal(size=(1000, 10)), axis=1)
+    y = rng.integers(0, 10, 1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nll = negative_log_likelihood(y, proba.astype(np.float32))
+        brier = multiclass_brier_score(y, proba.astype(np.float32))
+    assert nll == pytest.approx(negative_log_likelihood(y, proba), rel=1e-6)
+    assert brier == pytest.approx(multiclass_brier_score(y, proba), rel=1e-6)
