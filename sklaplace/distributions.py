@@ -234,6 +234,8 @@ class NormalPrediction:
         mean = np.asarray(self.mean, dtype=np.float64)
         for name in ("mean", "epistemic_var", "aleatoric_var"):
             value = np.broadcast_to(np.asarray(getattr(self, name), dtype=np.float64), mean.shape)
+            if name != "mean" and not (np.all(np.isfinite(value)) and np.all(value >= 0)):
+                raise ValueError(f"{name} must be finite and non-negative.")
             object.__setattr__(self, name, value)
 
     @property
@@ -366,6 +368,8 @@ class DirichletPrediction:
         alpha = np.asarray(self.alpha, dtype=np.float64)
         if alpha.ndim != 2:
             raise ValueError(f"alpha must have shape (n_samples, n_classes), got {alpha.shape}.")
+        if not (np.all(np.isfinite(alpha)) and np.all(alpha > 0)):
+            raise ValueError("alpha must be finite and positive.")
         object.__setattr__(self, "alpha", alpha)
 
     @property

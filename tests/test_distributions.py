@@ -366,3 +366,14 @@ def test_mutual_information_does_not_depend_on_the_link():
     np.testing.assert_array_equal(mis[0], mis[2])
     np.testing.assert_array_equal(mis[1], mis[2])
     assert mis[2][0] == pytest.approx(truth, rel=0.05)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: NormalPrediction(np.zeros(3), np.array([1.0, -0.5, 1.0]), 0.1),
+    lambda: NormalPrediction(np.zeros(3), np.ones(3), np.array([np.nan, 1.0, 1.0])),
+    lambda: DirichletPrediction(np.array([[1.0, 0.0, 2.0]])),
+])
+def test_invalid_variances_and_concentrations_are_refused(make):
+    # a negative variance gave NaN std, logpdf and samples without a word
+    with pytest.raises(ValueError, match="must be finite"):
+        make()
