@@ -768,14 +768,16 @@ class BaseLaplace(BaseEstimator):
         """Bounded maximisation of the evidence; returns (whole-net prior, σ tensor)."""
         groups = PriorGroups(self.prior_structure, subset)
         log0 = groups.log_start(subset_prior(self.prior_precision, subset)).numpy()
-        log_sigma0 = floor = None
+        log_sigma0 = floor = ceiling = None
         if evidence.gaussian:
             log_sigma0 = np.log(sigma.cpu().numpy())
-            spread = weighted_spread(np.asarray(y_model).reshape(len(y_model), -1),
-                                     sample_weight, axis=0)
-            floor = 1e-3 * np.maximum(spread, 1e-12)
-            floor = floor.mean() if sigma.dim() == 0 else floor
-        log_delta, log_sigma = maximize_evidence(evidence, log0, groups.expand, log_sigma0, floor)
+            spread = np.maximum(weighted_spread(np.asarray(y_model).reshape(len(y_model), -1),
+                                                sample_weight, axis=0), 1e-12)
+            floor, ceiling = 1e-3 * spread, 10 * spread
+            if sigma.dim() == 0:
+                floor, ceiling = floor.mean(), ceiling.max()
+        log_delta, log_sigma = maximize_evidence(evidence, log0, groups.expand, log_sigma0, floor,
+                                                 sigma_ceiling=ceiling)
         if evidence.gaussian:
             sigma = torch.as_tensor(np.exp(log_sigma), dtype=torch.float64)
         return groups.to_whole(np.exp(log_delta), self.prior_precision), sigma

@@ -122,7 +122,9 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         ``hyperparameter_tuning=None``. Like ``GaussianProcessRegressor``'s
         ``alpha``, it is in the units of the standardized target when
         ``normalize_y=True`` (1.0: noise as large as std(y)) and in the units
-        of y otherwise. The fitted ``sigma_noise_`` is always in the units of y.
+        of y otherwise. The fitted ``sigma_noise_`` is always in the units of y;
+        the evidence tunes it within [1e-3, 10]·std(y) per output (warning
+        at a bound).
     normalize_y : bool, default=True
         Standardize the targets internally, so that every scale-dependent
         setting (``sigma_noise``, ``prior_precision``, the σ floor of tuning)

@@ -502,3 +502,37 @@ def test_frozen_net_of_a_normalizing_regressor_is_read_in_its_standardized_units
     np.testing.assert_allclose(post2.predict(X), ref_mean, rtol=1e-6)
     with pytest.raises(ValueError, match="standardized"):
         LaplaceRegressor(FrozenEstimator(reg.net_), **common).fit(X, np.c_[y, y])
+
+
+def test_per_output_sigma_tuning_in_very_different_units_stays_at_the_optimum():
+    """normalize_y=False, per-output σ, outputs in units 1e-6 and 1e6: the finite-difference
+    search over log σ ran off to σ = 3.8e307 (infinite predictive std, the evidence 80,000
+    nats below its maximum) without a word."""
+    class Linear64(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(3, 2, dtype=torch.float64)
+
+        def forward(self, X):
+            return self.linear(X.to(torch.float64))
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(60, 3))
+    y = X @ rng.normal(size=(3, 2)) + 0.3 + 0.4 * rng.normal(size=(60, 2))
+    y[:, 1] += 2.0 * np.random.default_rng(1).normal(size=60)
+    y = y * np.array([1e-6, 1e6]) + np.array([1e4, 0.0])
+    net = NeuralNetRegressor(Linear64, criterion=nn.MSELoss, optimizer=torch.optim.LBFGS,
+                             lr=1.0, max_epochs=30, batch_size=-1, train_split=None, verbose=0,
+                             optimizer__line_search_fn="strong_wolfe", optimizer__max_iter=200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # δ sits on its bound 1e-4 in these units
+        reg = LaplaceRegressor(net, hessian_structure="full", normalize_y=False,
+                               sigma_noise=[0.5e-6, 0.5e6], hyperparameter_tuning="evidence",
+                               random_state=0).fit(X, y)
+    assert np.isfinite(reg.predict(X, return_std=True)[1]).all()
+    best = reg.log_evidence_
+    for factor in (0.9, 1.1):  # a maximum in each σ
+        for c in range(2):
+            sigma = reg.sigma_noise_.copy()
+            sigma[c] *= factor
+            assert reg.log_evidence(sigma_noise=sigma) < best

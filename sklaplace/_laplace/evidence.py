@@ -226,23 +226,28 @@ def _stationary(result, bounds, rtol=1e-5):
 
 
 def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor=None,
-                      tune_sigma=True, warn=True):
-    """Bounded L-BFGS-B over log δ (and log σ), log10 δ ∈ [−4, 4], σ ≥ ``sigma_floor``.
+                      tune_sigma=True, warn=True, sigma_ceiling=None):
+    """Bounded L-BFGS-B over log δ (and log σ), log10 δ ∈ [−4, 4],
+    ``sigma_floor`` ≤ σ ≤ ``sigma_ceiling`` (None: no upper bound).
 
     ``expand(v)`` maps the vector of free δ values to the ``delta`` argument of
     ``evidence`` (0-d tensor, or one value per Laplace weight).  Returns the
     optimal (log δ, log σ or None) as numpy arrays; warns (ConvergenceWarning)
     when the optimum lies on a bound, and when L-BFGS-B reports a failure (the
-    returned values may then be the starting point).
+    returned values may then be the starting point). An end point whose evidence
+    is not finite or below the start's (finite-difference gradients of a badly
+    scaled per-output σ) is not returned: the start is, with a warning.
     """
     n_delta = len(log_delta0)
     x0 = list(np.clip(log_delta0, *LOG_PRIOR_BOUNDS))
     bounds = [LOG_PRIOR_BOUNDS] * n_delta
     with_sigma = evidence.gaussian and tune_sigma
     if with_sigma:
-        floor = np.log(sigma_floor)
-        x0 += list(np.ravel(np.maximum(log_sigma0, floor)))
-        bounds += [(f, None) for f in np.broadcast_to(floor, np.shape(log_sigma0)).ravel()]
+        floor = np.broadcast_to(np.log(sigma_floor), np.shape(log_sigma0)).ravel()
+        ceiling = (np.full(floor.shape, np.inf) if sigma_ceiling is None else
+                   np.broadcast_to(np.log(sigma_ceiling), floor.shape))
+        x0 += list(np.clip(np.ravel(log_sigma0), floor, ceiling))
+        bounds += [(f, None if np.isinf(c) else c) for f, c in zip(floor, ceiling)]
     sigma_shape = np.shape(log_sigma0) if with_sigma else None
     analytic = not (with_sigma and len(sigma_shape) > 0)
     dtype = evidence.theta.dtype
@@ -264,11 +269,26 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
         (grad,) = torch.autograd.grad(value, x)
         return value.item(), grad.cpu().numpy()
 
+    def value_at(x):
+        out = objective(x)
+        return out[0] if analytic else out
+
     with _single_threaded_blas():
         result = minimize(objective, np.asarray(x0, dtype=float), jac=analytic,
                           method="L-BFGS-B", bounds=bounds,
                           options={"maxiter": 500, "ftol": 1e-14, "gtol": 1e-9})
-    x = result.x
+        x = result.x
+        start = value_at(np.asarray(x0, dtype=float))
+        end = value_at(x)
+    if not np.isfinite(end) or end > start:
+        if warn:
+            warnings.warn(
+                f"The evidence maximization ended at a worse point than it started (log "
+                f"evidence {-end:.6g} against {-start:.6g}); the starting prior_precision "
+                "(and sigma_noise) are kept. Standardize the targets (normalize_y=True) or "
+                "rescale the data.", ConvergenceWarning)
+        x = np.asarray(x0, dtype=float)
+        return x[:n_delta], (x[n_delta:].reshape(sigma_shape) if with_sigma else log_sigma0)
     if not warn:
         return x[:n_delta], (x[n_delta:].reshape(sigma_shape) if with_sigma else log_sigma0)
     if not result.success and not _stationary(result, bounds):
@@ -283,15 +303,18 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
         x[:n_delta], LOG_PRIOR_BOUNDS[1], atol=1e-6
     )
     if with_sigma:
-        at_sigma = np.isclose(x[n_delta:], np.broadcast_to(floor, sigma_shape).ravel(), atol=1e-6)
+        at_sigma = np.isclose(x[n_delta:], floor, atol=1e-6)
+        at_ceiling = np.isclose(x[n_delta:], ceiling, atol=1e-6)
     else:
-        at_sigma = np.zeros(0, bool)
-    if at_bound.any() or at_sigma.any():
+        at_sigma = at_ceiling = np.zeros(0, bool)
+    if at_bound.any() or at_sigma.any() or at_ceiling.any():
         what = []
         if at_bound.any():
             what.append("prior_precision at its bound (log10 δ ∈ [−4, 4])")
         if at_sigma.any():
             what.append("sigma_noise at its lower bound (1e-3·std(y))")
+        if at_ceiling.any():
+            what.append("sigma_noise at its upper bound (10·std(y))")
         warnings.warn(
             "The evidence maximum lies on a bound: " + " and ".join(what) + ". The model may be "
             "over- or under-regularized; consider rescaling the data or a different network.",
