@@ -71,9 +71,10 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         GP's with ``pred_type="gp"``; the sampled net's, over whole decades,
         with ``"nn"``) on the held-out rest (Laplace Redux's
         "CV" method; log10 δ ∈ [−4, 4] in quarter decades; the largest δ
-        within one paired standard error of the smallest NLL), then refit net
-        and LA on all rows with them (as scikit-learn's ``*CV`` estimators
-        with ``refit=True``).
+        within one paired standard error of the smallest NLL), then train the
+        net on all rows (with the given ``prior_precision`` as weight decay, as
+        without tuning) and fit the LA there with the chosen δ (as
+        scikit-learn's ``*CV`` estimators with ``refit=True``).
     validation_fraction : float, default=0.2
         Share of the rows held out by ``hyperparameter_tuning="cv"``
         (stratified for classification), as in scikit-learn's MLP.
