@@ -265,11 +265,29 @@ def output_width(module, X):
     module.eval()
     try:
         with torch.no_grad():
-            x = _to_module(torch.as_tensor(np.asarray(X[:2])), module)
+            x = _to_module(torch.tensor(np.array(X[:2])), module)  # a copy: X may be read-only
             out = module(x)
     finally:
         module.train(training)
     return int(out.reshape(x.shape[0], -1).shape[1])
+
+
+def keeps_state_on_failure(fit):
+    """Decorate ``fit``/``partial_fit``: a call that raises leaves the estimator as it was
+    (fitted by the earlier call, or not fitted), never half updated: a refit failing in
+    training or in the LA left the new ``classes_`` beside the old net and posterior."""
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        state = dict(self.__dict__)
+        try:
+            return fit(self, *args, **kwargs)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(state)
+            raise
+
+    return wrapper
 
 
 class BaseLaplace(BaseEstimator):
@@ -495,6 +513,7 @@ class BaseLaplace(BaseEstimator):
         weighted = {} if sample_weight is None else {"sample_weight": sample_weight}
         self.net_ = train(
             clone(net), X, y_model, likelihood=self._likelihood.name,
+            default_dtype=str(torch.get_default_dtype()),  # in the memory cache's key
             temperature=self.temperature,
             sigma_noise=np.asarray(sigma0, dtype=float),
             prior_precision=self._training_prior(sizes), seed=seed,
@@ -599,7 +618,7 @@ class BaseLaplace(BaseEstimator):
                      sample_weight=None):
         module = self._la_module()
         device = self._la_device
-        Xt = torch.tensor(np.asarray(X), dtype=torch.float64, device=device)
+        Xt = torch.tensor(np.ascontiguousarray(X), dtype=torch.float64, device=device)
         yt = torch.as_tensor(np.ascontiguousarray(y_model), device=device)
         wt = None if sample_weight is None else torch.as_tensor(sample_weight,
                                                                 dtype=torch.float64, device=device)
@@ -791,7 +810,8 @@ class BaseLaplace(BaseEstimator):
         the same draws z for every δ (common random numbers). With row weights the
         held-out NLL and its standard error are those of the rows duplicated by their
         weights (weighted means, Σ w rows)."""
-        Xv = torch.as_tensor(np.asarray(X_val), dtype=torch.float64, device=self._la_device)
+        Xv = torch.as_tensor(np.ascontiguousarray(X_val), dtype=torch.float64,
+                             device=self._la_device)
         yv = torch.as_tensor(np.ascontiguousarray(y_val), device=self._la_device)
         sampled = self.pred_type == "nn"
         deltas = 10.0 ** (LOG10_PRIOR_GRID[::4] if sampled else LOG10_PRIOR_GRID)
@@ -861,7 +881,8 @@ class BaseLaplace(BaseEstimator):
         rule often δ = 1e4, under which the refined mean shrinks towards θ = 0."""
         from ._laplace.refine import refine_posterior
 
-        Xv = torch.as_tensor(np.asarray(X_val), dtype=torch.float64, device=self._la_device)
+        Xv = torch.as_tensor(np.ascontiguousarray(X_val), dtype=torch.float64,
+                             device=self._la_device)
         yv = torch.as_tensor(np.ascontiguousarray(y_val), device=self._la_device)
         deltas = 10.0 ** LOG10_PRIOR_GRID[::4]
         scale = float(self._curvature_scale(sigma))
@@ -955,7 +976,7 @@ class BaseLaplace(BaseEstimator):
         if X.dtype == np.float64 and X.flags.c_contiguous and X.flags.writeable:
             # shared, not copied, on the CPU: prediction never writes into X
             return torch.from_numpy(X).to(device)
-        return torch.tensor(X, dtype=torch.float64, device=device)
+        return torch.tensor(np.ascontiguousarray(X), dtype=torch.float64, device=device)
 
     def _row_chunks(self, n_rows, moments=False):
         per_row = self._subset.row_bytes(self._n_model_outputs, moments, self._posterior)

@@ -12,7 +12,8 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._laplace import continual
-from ._base import PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight, validate_numeric
+from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
+                    keeps_state_on_failure, validate_numeric)
 from .distributions import (LogitGaussianPrediction, binary_probit_proba, centered_logit_var,
                             probit_proba)
 
@@ -278,6 +279,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @keeps_state_on_failure
     def fit(self, X, y, sample_weight=None):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
 
@@ -366,6 +368,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
 
     @available_if(continual.partial_fit_available)
     @_fit_context(prefer_skip_nested_validation=True)
+    @keeps_state_on_failure
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Continual learning: fit on the first call, update the posterior on later ones.
 

@@ -8,8 +8,8 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._laplace import continual
-from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight, positive_array,
-                    validate_numeric, weighted_spread)
+from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
+                    keeps_state_on_failure, positive_array, validate_numeric, weighted_spread)
 from .distributions import NormalPrediction
 
 
@@ -278,6 +278,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         return tags
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @keeps_state_on_failure
     def fit(self, X, y, sample_weight=None):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
 
@@ -379,6 +380,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
 
     @available_if(continual.partial_fit_available)
     @_fit_context(prefer_skip_nested_validation=True)
+    @keeps_state_on_failure
     def partial_fit(self, X, y, sample_weight=None):
         """Continual learning: fit on the first call, update the posterior on later ones.
 

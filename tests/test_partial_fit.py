@@ -511,3 +511,12 @@ def test_binary_and_multi_output_tasks_run(params):
     assert reg.predict(X).shape == (60, 2)
     if params.get("prior_structure", "scalar") != "scalar":
         assert np.ndim(clf.prior_precision_) == 1
+
+
+def test_partial_fit_after_a_refined_fit_is_refused():
+    # it continued from the refined posterior around the refined mean, training from the MAP
+    X, y = _blobs(n=60)
+    est = LaplaceClassifier(hessian_structure="diag", refine="laplace", **SMALL).fit(X[:30], y[:30])
+    with pytest.raises(ValueError, match="refine"):
+        est.set_params(refine=None).partial_fit(X[30:], y[30:])
+    assert "refine_n_iter_" in est.__dict__

@@ -536,3 +536,65 @@ def test_per_output_sigma_tuning_in_very_different_units_stays_at_the_optimum():
             sigma = reg.sigma_noise_.copy()
             sigma[c] *= factor
             assert reg.log_evidence(sigma_noise=sigma) < best
+
+
+def test_a_refit_that_fails_leaves_the_earlier_fit():
+    """A refit on other labels that diverged in training left the new classes_ and
+    likelihood beside the old net and posterior: predict_proba answered without a word."""
+    rng = np.random.RandomState(0)
+    X = rng.randn(90, 3)
+    y3 = np.digitize(X[:, 0], [-0.5, 0.5])
+    est = LaplaceClassifier(hidden_layer_sizes=(5,), max_epochs=10, lr=0.02,
+                            random_state=0).fit(X, y3)
+    proba = est.predict_proba(X)
+    with pytest.raises(ValueError, match="diverged"):
+        est.set_params(lr=1e8, max_epochs=30, prior_precision=1e-8).fit(
+            X * 1e4, np.where(X[:, 1] > 0, "b", "a"))
+    np.testing.assert_array_equal(est.classes_, [0, 1, 2])
+    np.testing.assert_array_equal(est.predict_proba(X), proba)
+
+
+@pytest.mark.parametrize("make", ["reversed rows", "reversed columns"])
+def test_arrays_with_negative_strides(make):
+    # torch.tensor refused them in fit and in every prediction method
+    rng = np.random.RandomState(0)
+    X = rng.randn(60, 3)
+    y = (X[:, 0] > 0).astype(int)
+    view = X[::-1] if make == "reversed rows" else X[:, ::-1]
+    y = y[::-1] if make == "reversed rows" else y
+    est = LaplaceClassifier(hidden_layer_sizes=(4,), **FAST).fit(view, y)
+    ref = LaplaceClassifier(hidden_layer_sizes=(4,), **FAST).fit(view.copy(), y)
+    np.testing.assert_array_equal(est.predict_proba(view), ref.predict_proba(view.copy()))
+    reg = LaplaceRegressor(hidden_layer_sizes=(4,), **FAST).fit(view, view[:, 0])
+    assert np.isfinite(reg.predict(view, return_std=True)[1]).all()
+
+
+def test_memory_cache_keys_on_the_default_dtype(tmp_path):
+    # a float32 net trained before torch.set_default_dtype(float64) came back from the cache
+    rng = np.random.RandomState(0)
+    X = rng.randn(60, 3)
+    y = (X[:, 0] + 0.5 * rng.randn(60) > 0).astype(int)
+    params = dict(hidden_layer_sizes=(5,), max_epochs=8, hyperparameter_tuning="evidence",
+                  random_state=0)
+    LaplaceClassifier(memory=str(tmp_path), **params).fit(X, y)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        cached = LaplaceClassifier(memory=str(tmp_path), **params).fit(X, y)
+        plain = LaplaceClassifier(**params).fit(X, y)
+    finally:
+        torch.set_default_dtype(default)
+    assert next(cached.net_.module_.parameters()).dtype == torch.float64
+    np.testing.assert_array_equal(cached.predict_proba(X), plain.predict_proba(X))
+
+
+def test_the_net_of_an_online_fit_can_be_cloned():
+    # the online callback kept its best update in a public-looking attribute that skorch's
+    # get_params listed, so clone(net_) raised
+    from sklearn.base import clone
+
+    X, y = _linear_data(1.0)
+    est = LaplaceRegressor(hidden_layer_sizes=(4,), hyperparameter_tuning="online",
+                           online_frequency=10, **FAST).fit(X, y)
+    clone(est.net_)
+    LaplaceRegressor(net=est.net_, hyperparameter_tuning="evidence", **FAST).fit(X, y)

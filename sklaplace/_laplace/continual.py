@@ -359,8 +359,8 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
 
     Trains the net from θ*_{t−1} under the prior N(θ*_{t−1}, Λ_{t−1}⁻¹) (a frozen net
     keeps its weights), adds the task's curvature at θ*_t to the earlier tasks' and
-    re-tunes δ (and σ) on the task's evidence p(D_t | D_<t). A call that fails leaves
-    the estimator as it was.
+    re-tunes δ (and σ) on the task's evidence p(D_t | D_<t). (``partial_fit`` keeps
+    the estimator as it was when this raises.)
     """
     estimator._check_params()
     _check_scalar_sigma(estimator)
@@ -372,6 +372,11 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
             f"{estimator.subset_of_weights_!r}, hessian_structure_="
             f"{estimator.hessian_structure_!r}. Start over with partial_fit, or fit with "
             "subset_of_weights='all' and hessian_structure 'full', 'diag' or 'kron'.")
+    if "refine_n_iter_" in estimator.__dict__:
+        raise ValueError(
+            "partial_fit continues a Laplace posterior; this estimator was fitted with refine "
+            "(a refined GLM posterior). Fit again without refine, or start over with "
+            "partial_fit.")
     for name, value, fitted in (
             ("hessian_structure", estimator.hessian_structure, previous.structure),
             ("curvature", estimator.curvature, estimator._evidence.curvature)):
@@ -379,16 +384,6 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
             raise ValueError(
                 f"{name}={value!r} but the posterior of the earlier tasks has {fitted!r}; "
                 f"partial_fit keeps one {name} (refit to change it).")
-    state = dict(estimator.__dict__)
-    try:
-        return _fit_next_task(estimator, X, y_model, y_scale, sample_weight, previous)
-    except BaseException:  # a failed call leaves the estimator as it was, net_ included
-        estimator.__dict__.clear()
-        estimator.__dict__.update(state)
-        raise
-
-
-def _fit_next_task(estimator, X, y_model, y_scale, sample_weight, previous):
     from . import nets
     from .._base import check_seed
     from sklearn.base import clone

@@ -221,8 +221,12 @@ def with_weight_column(y, sample_weight):
 
 
 def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precision, seed,
-              callbacks=(), sample_weight=None, prior=None, init_module=None):
+              callbacks=(), sample_weight=None, prior=None, init_module=None,
+              default_dtype=None):
     """Train the (cloned, uninitialized) skorch ``net`` to the MAP in place.
+
+    ``default_dtype`` is not read: passed by the estimators (``torch.get_default_dtype()``
+    as a string) so that a ``memory`` cache keys on it, as the new module's dtype does.
 
     ``X`` (float numpy) is cast to the module's parameter dtype; ``y`` is int64
     (categorical), float (Bernoulli) or 2-D float (Gaussian).  ``sample_weight``
@@ -257,7 +261,7 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
             net.module_.load_state_dict(init_module.state_dict())
         net.criterion_.attach(net.module_)
         dtype = module_dtype(net.module_)
-        Xt = torch.tensor(np.asarray(X)).to(dtype)
+        Xt = torch.tensor(np.ascontiguousarray(X)).to(dtype)
         yt = torch.tensor(likelihoods.get(likelihood).train_targets(y))
         if yt.is_floating_point():
             yt = yt.to(dtype)

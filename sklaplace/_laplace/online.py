@@ -80,15 +80,15 @@ class OnlineEvidence(Callback):
     def initialize(self):
         self.history_ = []
         self.best_epoch_ = None
-        self._best = None
+        self.best_state_ = None
         return self
 
     def on_train_end(self, net, **kwargs):
-        if self._best is not None:
-            state, delta, sigma = self._best
+        if self.best_state_ is not None:
+            state, delta, sigma = self.best_state_
             net.module_.load_state_dict(state)
             net.criterion_.prior_precision, net.criterion_.sigma_noise = delta, sigma
-        self._best = None
+        self.best_state_ = None
 
     def on_epoch_end(self, net, dataset_train=None, **kwargs):
         epoch = len(net.history)
@@ -113,7 +113,7 @@ class OnlineEvidence(Callback):
         crit.prior_precision, crit.sigma_noise = delta.to(net.device), sigma.to(net.device)
         if not self.history_ or value > max(h["log_evidence"] for h in self.history_):
             state = {k: v.detach().clone() for k, v in net.module_.state_dict().items()}
-            self._best = (state, crit.prior_precision, crit.sigma_noise)
+            self.best_state_ = (state, crit.prior_precision, crit.sigma_noise)
             self.best_epoch_ = epoch
         groups = AllWeights(module).group_index
         starts = np.concatenate([[0], np.flatnonzero(np.diff(groups)) + 1])
