@@ -165,8 +165,11 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         float64, and only the final arrays come back to the CPU as numpy.
     memory : None, str or joblib.Memory, default=None
         Caches the trained MAP network, keyed on the net, the training prior,
-        the data and ``random_state``: refits that change only Laplace
-        parameters skip training.
+        the data, ``random_state`` and torch's default dtype: refits that
+        change only Laplace parameters skip training (with a fixed
+        ``random_state``). As any joblib cache it does not see a module class
+        redefined under the same name (a re-run notebook cell) or a changed
+        library: clear it then.
     random_state : int, RandomState or None, default=None
         Seeds initialization, batches and the prediction seed of MC draws.
     verbose : int, default=0
