@@ -292,8 +292,9 @@ def load_uci_classification(name, *, data_dir=None, random_state=0):
     ``"breast_cancer"`` is the original Wisconsin data with incomplete rows
     dropped.  Its first column ``Id`` (the sample code number) is **kept as a
     feature**, as in the LIBSVM copy the paper used; drop ``X[:, 0]`` for the
-    9 clinical features only.  ``"breast_cancer_wdbc"`` is the diagnostic
-    (WDBC) set, whose N = 569 is the one printed in the paper's Table B1.
+    9 clinical features only: the paper's ``cancer`` row (its code loads LIBSVM's
+    breast-cancer_scale, 683 x 10; Table B1's N = 569 is a misprint).
+    ``"breast_cancer_wdbc"`` is the diagnostic (WDBC) set, another data set.
     ``"waveform"`` has no offline copy and is drawn from the generator: same
     distribution as the UCI file, not the same rows.
 

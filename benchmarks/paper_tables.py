@@ -147,7 +147,8 @@ PAPER_ROW = MappingProxyType({
 #: Data sets whose rows are not the paper's: compared, but marked "not comparable".
 NOT_COMPARABLE = MappingProxyType({
     "waveform": "generated data (same distribution, not the paper's rows)",
-    "breast_cancer": "683-row original Wisconsin set; Table B1 prints N = 569 (WDBC)",
+    "breast_cancer_wdbc": "scikit-learn's WDBC (569 x 30); the paper's cancer row is LIBSVM's "
+                          "683-row breast-cancer_scale (its code, preds/datasets.py)",
 })
 
 

@@ -979,8 +979,13 @@ HIGHER_IS_BETTER = {"acc"}
 
 def compare_flag(metric, mean, se, paper_mean, paper_se):
     """``ok`` within 2·sqrt(se² + se_paper²) of the paper, else ``better`` or ``worse``
-    (lower NLL / ECE, higher accuracy is better); one split counts as se = 0."""
-    se = 0.0 if not np.isfinite(se) else se
+    (lower NLL / ECE, higher accuracy is better). One split has no standard error (the
+    spread between splits is several times the paper's s.e. of a 10-split mean):
+    ``1 split``, no comparison; a missing value: ``—``."""
+    if not np.isfinite(mean):
+        return "—"
+    if not np.isfinite(se):
+        return "1 split"
     if abs(mean - paper_mean) <= 2.0 * math.sqrt(se**2 + paper_se**2):
         return "ok"
     higher = mean > paper_mean

@@ -29,7 +29,7 @@ def test_uci_quick_mode(tmp_path, data_dir, capsys, monkeypatch):
         if r["protocol"] == "classification":
             assert 0 <= r["acc_mean"] <= 1 and 0 <= r["ece_mean"] <= 1
         if r["method"] == "map":  # every dataset here has a printed MAP value
-            assert math.isfinite(r["paper_nll_mean"]) and r["nll_flag"] in ("ok", "better", "worse", "(variant)")
+            assert math.isfinite(r["paper_nll_mean"]) and r["nll_flag"] == "1 split"
 
     # gp on all training rows is the full GLM predictive: same δ, same numbers
     by_key = {(r["dataset"], r["method"]): r for r in rows}
@@ -159,7 +159,8 @@ def test_compare_flag_says_which_way():
     assert compare_flag("nll", 0.5, 0.01, 1.0, 0.01) == "better"
     assert compare_flag("ece", 0.2, 0.01, 0.1, 0.01) == "worse"
     assert compare_flag("acc", 0.9, 0.01, 0.8, 0.01) == "better"
-    assert compare_flag("acc", 0.7, float("nan"), 0.8, 0.01) == "worse"
+    assert compare_flag("acc", 0.7, float("nan"), 0.8, 0.01) == "1 split"  # no s.e.
+    assert compare_flag("nll", float("nan"), float("nan"), 0.8, 0.01) == "—"
 
 
 def test_eta_extrapolates_from_the_cells_done(monkeypatch):
