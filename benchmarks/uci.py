@@ -827,7 +827,8 @@ def run_classification_split(dataset, split, methods, cfg, data_dir=None, log=pr
 def _selected(rows, criterion, pick, seconds):
     """The test metrics at the δ that ``pick`` (min / max) chooses by the rows'
     ``criterion`` value, rows being (value, δ, test metrics) per δ of the grid."""
-    value, delta, test = pick(rows, key=lambda r: r[0])
+    worst = math.inf if pick is min else -math.inf  # a NaN criterion is never chosen
+    value, delta, test = pick(rows, key=lambda r: r[0] if np.isfinite(r[0]) else worst)
     return {**test, "prior_precision": delta, criterion: value,
             f"{criterion}_grid": [r[0] for r in rows],
             "test_nll_grid": [r[2]["nll"] for r in rows], "seconds": seconds}
@@ -874,7 +875,8 @@ def run(protocols, datasets, methods, splits, cfg, cache, resume=True, data_dir=
     global MEMORY
     import joblib
 
-    MEMORY = joblib.Memory(Path(cache.root) / "map_nets", verbose=0)
+    # per code version: joblib's key does not see the library code that trains the nets
+    MEMORY = joblib.Memory(Path(cache.root) / "map_nets" / source_hash(), verbose=0)
     class_data = {}
     jobs = []
     for split in splits:

@@ -236,3 +236,12 @@ def test_peer_kron_evidence_is_differentiable_in_sigma_once_patched():
         log_sigma = torch.tensor(math.log(0.3), dtype=torch.float64, requires_grad=True)
         (grad,) = torch.autograd.grad(value(log_sigma), log_sigma)
     assert float(grad) == pytest.approx(numeric, rel=1e-5)
+
+
+def test_selected_never_picks_a_nan_criterion():
+    # min/max over rows with a NaN criterion first returned that row
+    from benchmarks.uci import _selected
+
+    rows = [(float("nan"), 0.1, {"nll": 9.0}), (0.5, 1.0, {"nll": 0.4}), (0.7, 10.0, {"nll": 0.3})]
+    assert _selected(rows, "val_nll", min, 0.0)["prior_precision"] == 1.0
+    assert _selected(rows, "elbo", max, 0.0)["prior_precision"] == 10.0
