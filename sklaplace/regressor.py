@@ -78,8 +78,9 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         ``hessian_structure="full"``: all weights up to 5,000 parameters.
         ``"all"`` with ``hessian_structure="auto"``: full under the same
         estimate, else kron for nets of ``nn.Linear`` layers, else diag.
-        ``hyperparameter_tuning="online"`` takes all weights and the structure
-        its updates used (the one ``"all"`` picks).
+        ``hyperparameter_tuning="online"`` updates on the LA ``"all"`` picks;
+        where the final LA differs (the last layer of a net not made of
+        ``nn.Linear`` layers), δ (and σ) are re-tuned on its evidence.
     hessian_structure : {"auto", "full", "diag", "kron", "lowrank"}, default="auto"
         Structure of the curvature and the posterior.
     subnetwork : int, list of str or None, default=None
