@@ -290,3 +290,23 @@ def test_classifier_with_conv_skorch_net_and_kron():
     assert proba.shape == (60, 10) and np.isfinite(proba).all()
     np.testing.assert_allclose(proba.sum(1), 1, atol=1e-10)
     assert np.isfinite(clf.log_evidence_)
+
+
+
+@pytest.mark.parametrize("lik, scale", CASES)
+def test_kflr_conv_weight_block_is_exact_for_identical_positions(lik, scale):
+    """A row constant along the T = 4 positions and a head that weighs every position
+    alike: J_w = (Σ_t b) ⊗ u, so the weight block is exactly G ⊗ u uᵀ. BackPACK's A sums
+    u uᵀ over the positions: the block was T times too large (T³ against T²)."""
+    module = conv1d_net(N_OUT[lik])  # Conv1d(1, 2, 3): T = 4, flattened channel-major
+    with torch.no_grad():
+        head = module[-1].weight
+        head.copy_(head[:, ::4].repeat_interleave(4, dim=1))  # the same for every position
+    X = torch.full((1, 6), 0.7, dtype=DT)
+    _, y = make_data(lik, 1, 6)
+    out_scale = torch.full((N_OUT[lik],), scale, dtype=DT)
+    blocks = backpack_kron(AllWeights(module), LIKELIHOODS[lik](), X, y, out_scale)
+    H = bruteforce_ggn(module, lik, X, out_scale)
+    (w_sl, weight_factors), (b_sl, bias_factors) = blocks[0], blocks[1]
+    close(dense(weight_factors), H[w_sl, w_sl])
+    close(dense(bias_factors), H[b_sl, b_sl])

@@ -676,3 +676,62 @@ def test_spectrum_only_gives_the_same_scalar_evidence():
             d, s = torch.tensor(delta, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)
             assert float(spectrum.log_det(d, s)) == pytest.approx(float(full.log_det(d, s)),
                                                                   rel=1e-10)
+
+
+class SharedLinear(nn.Module):
+    """An nn.Linear applied at T = 4 positions of each row, then a mean and a head."""
+
+    def __init__(self, n_out):
+        super().__init__()
+        self.body = nn.Linear(3, 5)
+        self.head = nn.Linear(5, n_out)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.body(x.reshape(-1, 4, 3))).mean(1))
+
+
+def test_kron_of_a_linear_applied_at_several_positions():
+    """The body's factors: G summed over the positions before the outer product makes
+    the bias block exact for any rows (it summed b_t b_tᵀ), and A averaged over them
+    makes the weight block exact for a row constant along the positions (A summed
+    over them: T times too large)."""
+    from torch.func import functional_call, jacrev
+
+    from sklaplace._laplace.continual import kron_factors
+    from sklaplace._laplace.curvature import kron_curvature
+    from sklaplace._laplace.likelihoods import LIKELIHOODS
+    from sklaplace._laplace.subsets import AllWeights
+
+    torch.manual_seed(0)
+    module = SharedLinear(3).double()
+    names = [k for k, _ in module.named_parameters()]
+    shapes = [p.shape for _, p in module.named_parameters()]
+    L = LIKELIHOODS["categorical"]()
+    ones = torch.ones(3, dtype=torch.float64)
+
+    def exact(X):
+        theta = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+        def f(th):
+            params, i = {}, 0
+            for k, sh in zip(names, shapes):
+                params[k] = th[i:i + sh.numel()].reshape(sh)
+                i += sh.numel()
+            return functional_call(module, params, (X,))
+
+        J = jacrev(f)(theta).detach()  # (n, C, P)
+        with torch.no_grad():
+            S = L.sqrt_hessian(f(theta))  # (n, C, K)
+        U = torch.einsum("ncp,nck->npk", J, S)
+        return torch.einsum("npk,nqk->pq", U, U)
+
+    X = torch.randn(20, 12, dtype=torch.float64)
+    y = torch.zeros(20, dtype=torch.long)
+    blocks = kron_factors(kron_curvature(AllWeights(module), L, X, y, ones))
+    H = exact(X)
+    (b_sl, (Gb,)) = blocks[1]
+    torch.testing.assert_close(Gb, H[b_sl, b_sl], rtol=1e-9, atol=1e-12)
+
+    row = torch.arange(3, dtype=torch.float64).repeat(4)[None] / 3
+    (w_sl, (G, A)), _ = kron_factors(kron_curvature(AllWeights(module), L, row, y[:1], ones))[:2]
+    torch.testing.assert_close(torch.kron(G, A), exact(row)[w_sl, w_sl], rtol=1e-9, atol=1e-12)

@@ -82,6 +82,25 @@ def _prepare(subset, likelihood, out_scale):
     return module, ordered, extend(loss_fn), target, c
 
 
+def _output_positions(module, owners, x):
+    """Per layer of ``owners``: the positions its weight is applied at for one data row
+    (the spatial size of a convolution's output, 1 for a Linear on rows)."""
+    found = {}
+
+    def record(layer, inputs, out):
+        channels = out.shape[1] if isinstance(layer, nn.modules.conv._ConvNd) else out.shape[-1]
+        found[id(layer)] = out[0].numel() // channels
+
+    handles = [layer.register_forward_hook(record) for layer in {id(m): m for m in owners}.values()]
+    try:
+        with torch.no_grad():
+            module(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [found.get(id(m), 1) for m in owners]
+
+
 def _chunk_results(prepared, X, extension, chunk):
     """Yield (BackPACK's result per parameter, rows) after each chunk's backward pass.
 
@@ -168,6 +187,14 @@ def backpack_kron(subset, likelihood, X, y, out_scale, chunk=4096, weight=None):
     BackPACK's A is a mean over each chunk's rows, so it is summed with weight
     ``rows`` and divided by N at the end (weighted: G and A of each weight group
     times its weight, A divided by Σ w).  ``y`` is unused.
+
+    Convolutions: BackPACK's G sums the backpropagated factors over the T output
+    positions before the outer product (the bias block, exact) while its A sums
+    u uᵀ over the positions: their product is T times the KFC approximation
+    (Grosse & Martens 2016; BackPACK's docstring says so), so A is divided by T.
+    Then G ⊗ A is exact when the positions are identical (T² b bᵀ ⊗ u uᵀ) and when
+    they are uncorrelated.  A Linear layer applied at several positions per row
+    is declined (None).
     """
     prepared = _prepare(subset, likelihood, out_scale)
     if prepared is None:
@@ -177,6 +204,9 @@ def backpack_kron(subset, likelihood, X, y, out_scale, chunk=4096, weight=None):
     owners = [module.get_submodule(k.rpartition(".")[0]) for k in subset.names]
     if any(not isinstance(m, _KRON_LAYERS) or kind not in ("weight", "bias")
            for m, kind in zip(owners, kinds)):
+        return None
+    positions = _output_positions(module, owners, X[:1])
+    if any(T != 1 for m, T in zip(owners, positions) if isinstance(m, nn.Linear)):
         return None
     factors = None
     for Xg, w in _weight_groups(X, weight):
@@ -195,9 +225,9 @@ def backpack_kron(subset, likelihood, X, y, out_scale, chunk=4096, weight=None):
         return None
     n_total = X.shape[0] if weight is None else float(weight.sum())
     blocks, start = [], 0
-    for kind, fs, shape in zip(kinds, factors, subset.shapes):
+    for kind, fs, shape, T in zip(kinds, factors, subset.shapes, positions):
         size = int(torch.Size(shape).numel())
-        fs = [c * fs[0], fs[1] / n_total] if kind == "weight" else [c * fs[0]]
+        fs = [c * fs[0], fs[1] / (n_total * T)] if kind == "weight" else [c * fs[0]]
         if [M.shape[0] for M in fs] != [shape[0]] + ([size // shape[0]] if kind == "weight" else []):
             return None
         blocks.append((slice(start, start + size), fs))

@@ -300,9 +300,11 @@ def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", weight=
             raise ValueError(
                 f"{error} Other nets go through BackPACK's KFLR, which needs "
                 "curvature='ggn', weights in nn.Linear or nn.Conv1d/2d/3d layers of a net "
-                "BackPACK supports (its activations, pooling, padding, flatten, dropout) and "
-                "a classifier or a regressor with one sigma_noise for all outputs; this "
-                "net or setting is not covered. Use hessian_structure='diag' or 'full'."
+                "BackPACK supports (its activations, pooling, padding, flatten, dropout) "
+                "whose output has shape (n_rows, n_outputs), each nn.Linear seeing one input "
+                "row per data row, and a classifier or a regressor with one sigma_noise for "
+                "all outputs; this net or setting is not covered. Use "
+                "hessian_structure='diag' or 'full'."
             ) from None
         return KronPosterior(blocks, subset.n_params)
     return KronPosterior(_linear_kron_blocks(subset, layers, likelihood, X, y, out_scale,
@@ -322,22 +324,25 @@ def _linear_kron_blocks(subset, layers, likelihood, X, y, out_scale, curvature, 
                 "pass and its weights to be used by that layer only (no layer called twice, no "
                 "tied weights, no F.linear on a layer's weight); this net is not covered. Use "
                 "hessian_structure='full' or 'diag'.")
+        n = sl.stop - sl.start
+        if any(a_i.shape[0] != n for a_i in a):
+            raise ValueError(
+                "hessian_structure='kron' needs every nn.Linear layer to see its data rows in "
+                "the first dimension of its input; use another hessian_structure.")
+        # A layer applied at T positions per row (input (n, ..., in)): G sums its factors
+        # over the positions before the outer product (the bias block is then exact) and
+        # A averages u uᵀ over them (KFC's approximation, as for convolutions): exact for
+        # identical and for uncorrelated positions.
         for grads in factors:
             for i, B in enumerate(grads):
-                B = B.reshape(-1, B.shape[-1])
+                B = B.reshape(n, -1, B.shape[-1]).sum(1)
                 G[i] = G[i] + B.T @ B
         for i, a_i in enumerate(a):
-            if weight is None:
-                a_i = a_i.reshape(-1, a_i.shape[-1])
-                A[i] = A[i] + a_i.T @ a_i
-                continue
-            w_sl = weight[sl].to(a_i.dtype)
-            if a_i.shape[0] != w_sl.shape[0]:
-                raise ValueError(
-                    "sample_weight with hessian_structure='kron' needs every nn.Linear layer to "
-                    "see its data rows in the batch dimension; use another hessian_structure.")
-            wa = (a_i * w_sl.reshape(-1, *[1] * (a_i.dim() - 1))).reshape(-1, a_i.shape[-1])
-            A[i] = A[i] + wa.T @ a_i.reshape(-1, a_i.shape[-1])
+            positions = a_i[0].numel() // a_i.shape[-1]
+            rows = a_i if weight is None else a_i * weight[sl].to(a_i.dtype).reshape(
+                -1, *[1] * (a_i.dim() - 1))
+            A[i] = A[i] + rows.reshape(-1, a_i.shape[-1]).T @ a_i.reshape(-1, a_i.shape[-1]) \
+                / positions
     blocks = []
     n_total = total_weight(X, weight)
     for i, (_, w, b) in enumerate(layers):
