@@ -529,8 +529,8 @@ class BaseLaplace(BaseEstimator):
     def _online_callbacks(self, sizes, y_model, sample_weight=None):
         structure = self.hessian_structure
         if structure == "auto":  # the final LA takes the same (_resolve_subset)
-            structure = self._refinable(all_weights_structure(
-                self._all_linear, len(y_model), self._n_model_outputs, sum(sizes)))
+            structure = self._kron_or_diag(all_weights_structure(
+                self._all_linear, len(y_model), self._n_model_outputs, sum(sizes)), sizes)
         gaussian = self._likelihood.has_noise
         return [OnlineEvidence(
             self._likelihood.name, hessian_structure=structure, curvature=self.curvature,
@@ -580,12 +580,16 @@ class BaseLaplace(BaseEstimator):
             small = kind != "last_layer" or subset.n_params <= AUTO_LAST_LAYER_FULL_MAX
             structure = "full" if small else "kron"
         if self.hessian_structure == "auto":
-            structure = self._refinable(structure)
+            structure = self._kron_or_diag(structure, tensor_sizes(self.net_.module_))
         return subset, kind, structure
 
-    def _refinable(self, structure):
-        """An "auto" structure that ``refine`` covers: the diagonal instead of kron."""
-        return "diag" if self.refine is not None and structure == "kron" else structure
+    def _kron_or_diag(self, structure, sizes):
+        """An "auto" structure the settings support: the diagonal instead of kron under
+        ``refine`` or a prior that varies within a weight tensor (``sizes``: the net's)."""
+        if structure == "kron" and (self.refine is not None or self.prior_structure == "diag"
+                                    or not constant_per_tensor(self.prior_precision, sizes)):
+            return "diag"
+        return structure
 
     def _subnetwork_indices(self, module, X, y, out_scale, weight=None):
         """Indices of the S weights of largest marginal variance under a diagonal LA."""
@@ -793,8 +797,12 @@ class BaseLaplace(BaseEstimator):
         log_sigma0 = floor = ceiling = None
         if evidence.gaussian:
             log_sigma0 = np.log(sigma.cpu().numpy())
-            spread = np.maximum(weighted_spread(np.asarray(y_model).reshape(len(y_model), -1),
-                                                sample_weight, axis=0), 1e-12)
+            # the scale of σ: the targets' spread, or the MAP's residuals where they are larger
+            # (a task of constant targets after another, in partial_fit)
+            spread = weighted_spread(np.asarray(y_model).reshape(len(y_model), -1),
+                                     sample_weight, axis=0)
+            rms = np.sqrt(evidence.sse.cpu().numpy() / evidence.n_rows)
+            spread = np.maximum(np.maximum(spread, rms), 1e-12)
             floor, ceiling = 1e-3 * spread, 10 * spread
             if sigma.dim() == 0:
                 floor, ceiling = floor.mean(), ceiling.max()

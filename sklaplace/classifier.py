@@ -93,7 +93,10 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         where the final LA differs (the last layer of a net not made of
         ``nn.Linear`` layers), δ (and σ) are re-tuned on its evidence.
     hessian_structure : {"auto", "full", "diag", "kron", "lowrank"}, default="auto"
-        Structure of the curvature and the posterior.
+        Structure of the curvature and the posterior. ``"auto"``: as described
+        under ``subset_of_weights``, with the diagonal where Kronecker factors
+        cannot hold the settings (``refine``, ``prior_structure="diag"`` or a
+        ``prior_precision`` that varies within a weight tensor).
     subnetwork : int, list of str or None, default=None
         With ``subset_of_weights="subnetwork"``: the number S of weights of
         largest marginal variance under a diagonal LA, or parameter names.

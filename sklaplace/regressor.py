@@ -82,7 +82,10 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         where the final LA differs (the last layer of a net not made of
         ``nn.Linear`` layers), δ (and σ) are re-tuned on its evidence.
     hessian_structure : {"auto", "full", "diag", "kron", "lowrank"}, default="auto"
-        Structure of the curvature and the posterior.
+        Structure of the curvature and the posterior. ``"auto"``: as described
+        under ``subset_of_weights``, with the diagonal where Kronecker factors
+        cannot hold the settings (``refine``, ``prior_structure="diag"`` or a
+        ``prior_precision`` that varies within a weight tensor).
     subnetwork : int, list of str or None, default=None
         With ``subset_of_weights="subnetwork"``: the number S of weights of
         largest marginal variance under a diagonal LA, or parameter names.
@@ -127,8 +130,8 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         ``alpha``, it is in the units of the standardized target when
         ``normalize_y=True`` (1.0: noise as large as std(y)) and in the units
         of y otherwise. The fitted ``sigma_noise_`` is always in the units of y;
-        the evidence tunes it within [1e-3, 10]·std(y) per output (warning
-        at a bound).
+        the evidence tunes it within [1e-3, 10]·s per output, s the larger of
+        std(y) and the RMS of the MAP's residuals (warning at a bound).
     normalize_y : bool, default=True
         Standardize the targets internally, so that every scale-dependent
         setting (``sigma_noise``, ``prior_precision``, the σ floor of tuning)

@@ -8,6 +8,7 @@ factors are the union's factors).  Then scikit-learn's incremental contract.
 """
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -472,6 +473,26 @@ def test_regressor_keeps_the_first_task_units():
     np.testing.assert_array_equal(est._y_mean, mean)
     np.testing.assert_array_equal(est._y_std, std)
 
+
+
+def test_a_task_of_constant_targets_keeps_a_sensible_noise():
+    """σ's bounds scale with max(std(y), RMS residual): a later task of constant targets
+    (std 0) that the net fits poorly once bounded σ to ~1e-11 (test NLL 1.8e5)."""
+    rng = np.random.RandomState(0)
+    X1 = rng.randn(100, 3)
+    y1 = X1 @ [1.0, -2.0, 0.5] + 0.3 * rng.randn(100)
+    X2, y2 = rng.randn(50, 3) + 3, np.full(50, 2.0)
+    est = LaplaceRegressor(hessian_structure="full", max_epochs=20, random_state=0)
+    est.partial_fit(X1, y1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.partial_fit(X2, y2)
+    residual = np.sqrt(np.mean((est.predict(X2) - y2) ** 2))
+    assert residual > 0.1
+    assert est.sigma_noise_ > 1e-3 * residual
+    mean, std = est.predict(X1, return_std=True)
+    nll = np.mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * (mean - y1) ** 2 / std**2)
+    assert nll < 5.0
 
 def test_integer_weights_equal_duplicated_rows_at_a_frozen_net():
     """sample_weight in a later call: integer weights = duplicated rows (frozen MAP)."""

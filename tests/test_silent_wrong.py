@@ -445,6 +445,26 @@ def test_all_weights_auto_structure_beyond_the_full_budget(monkeypatch, tuning):
         assert est.log_evidence_ == pytest.approx(best, rel=1e-8)
 
 
+@pytest.mark.parametrize("tuning", ["online", "evidence"])
+@pytest.mark.parametrize("prior", [dict(prior_structure="diag"),
+                                   dict(prior_precision=np.r_[np.ones(10), 2 * np.ones(21)])])
+def test_auto_structure_with_a_prior_kron_cannot_hold_takes_the_diagonal(
+        monkeypatch, tuning, prior):
+    # "auto" chose Kronecker factors beyond the full budget, and the fit then raised
+    import sklaplace._base as base
+
+    monkeypatch.setattr(base, "AUTO_FULL_SECONDS", 0.0)
+    X, y = _linear_data(1.0)
+    est = LaplaceRegressor(hidden_layer_sizes=(6,), subset_of_weights="all",
+                           hyperparameter_tuning=tuning, online_frequency=10,
+                           **prior, **FAST).fit(X, y)
+    assert (est.subset_of_weights_, est.hessian_structure_) == ("all", "diag")
+    if tuning == "online":
+        callback = next(cb for _, cb in est.net_.callbacks_ if hasattr(cb, "history_"))
+        assert callback.hessian_structure == "diag"
+    assert np.isfinite(est.predict(X)).all()
+
+
 def test_online_history_of_a_diagonal_prior_has_every_weight():
     # it held the δ of the first weight of each tensor, presented as one per tensor
     X, y = _linear_data(1.0)

@@ -312,9 +312,11 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
         if at_bound.any():
             what.append("prior_precision at its bound (log10 δ ∈ [−4, 4])")
         if at_sigma.any():
-            what.append("sigma_noise at its lower bound (1e-3·std(y))")
+            what.append("sigma_noise at its lower bound (1e-3·s)")
         if at_ceiling.any():
-            what.append("sigma_noise at its upper bound (10·std(y))")
+            what.append("sigma_noise at its upper bound (10·s)")
+        if at_sigma.any() or at_ceiling.any():
+            what[-1] += ", s = max(std(y), RMS of the MAP's residuals)"
         warnings.warn(
             "The evidence maximum lies on a bound: " + " and ".join(what) + ". The model may be "
             "over- or under-regularized; consider rescaling the data or a different network.",

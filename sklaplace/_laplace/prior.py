@@ -39,11 +39,11 @@ def expand_prior(prior, sizes):
 
 def constant_per_tensor(prior, module):
     """Whether a whole-net prior is constant within every parameter tensor (as Kronecker
-    factors need)."""
+    factors need); ``module`` may also be the list of tensor sizes."""
     arr = np.asarray(prior, dtype=float)
     if arr.ndim == 0:
         return True
-    sizes = tensor_sizes(module)
+    sizes = module if isinstance(module, (list, tuple)) else tensor_sizes(module)
     whole = expand_prior(arr, sizes)
     return all(np.all(part == part[0]) for part in np.split(whole, np.cumsum(sizes)[:-1]))
 
