@@ -229,13 +229,13 @@ def all_weights_structure(all_linear, n_rows, n_out, n_params, fits=True):
     return "kron" if all_linear else "diag"
 
 
-def _auto_structure(module, n_rows, n_out, n_params, fits):
+def _auto_structure(module, X, n_out, n_params, fits):
     """``"auto"``: (subset, structure) by the estimated cost of the full curvature.
 
     All weights as :func:`all_weights_structure`, except that a net the diagonal
     would be left with takes the last layer instead.
     """
-    structure = all_weights_structure(_all_linear(module), n_rows, n_out, n_params, fits)
+    structure = all_weights_structure(_all_linear(module, X), X.shape[0], n_out, n_params, fits)
     return ("all", structure) if structure != "diag" else ("last_layer", "auto")
 
 
@@ -250,13 +250,17 @@ def _scaled_moments(mean, v, c_of, sigma):
     return mean, c_of(sigma) * v
 
 
-def _all_linear(module):
-    """Whether every trainable tensor sits in an ``nn.Linear`` (our Kronecker factors)."""
+def _all_linear(module, X):
+    """Whether Kronecker factors can read the net: every trainable tensor in an
+    ``nn.Linear`` run once per forward pass on one input row per data row (probed in
+    eval mode on two rows of ``X``)."""
+    training = module.training
+    module.eval()
     try:
-        AllWeights(module).linear_layers()
-    except ValueError:
-        return False
-    return True
+        x = X[:2] if torch.is_tensor(X) else _to_module(torch.tensor(np.array(X[:2])), module)
+        return AllWeights(module).factored_on(x)
+    finally:
+        module.train(training)
 
 
 def output_width(module, X):
@@ -432,7 +436,7 @@ class BaseLaplace(BaseEstimator):
         with torch.random.fork_rng(devices=[]):
             module = clone(net).initialize().module_
         self._check_outputs(output_width(module, X))
-        self._all_linear = _all_linear(module)
+        self._all_linear = _all_linear(module, X)
         return tensor_sizes(module)
 
     # ------------------------------------------------------------ fit
@@ -562,12 +566,12 @@ class BaseLaplace(BaseEstimator):
         n_all = sum(tensor_sizes(module))
         fits = jacobian_bytes(X.shape[0], n_out, n_all) <= memory_budget(X.device)
         if kind == "all" and structure == "auto":
-            structure = all_weights_structure(_all_linear(module), X.shape[0], n_out, n_all, fits)
+            structure = all_weights_structure(_all_linear(module, X), X.shape[0], n_out, n_all, fits)
         if kind == "auto":
             if structure == "full":
                 kind = "all" if n_all <= AUTO_FULL_MAX_PARAMS and fits else "last_layer"
             elif structure == "auto":
-                kind, structure = _auto_structure(module, X.shape[0], n_out, n_all, fits)
+                kind, structure = _auto_structure(module, X, n_out, n_all, fits)
             else:
                 kind = "all"
         if kind == "all":

@@ -3,7 +3,8 @@
 The per-layer paths (Jacobians g ⊗ a, our KFLR and exact diagonal) and the last-layer
 LA assume each nn.Linear weight is used once, by its own layer, and that the output is
 the last layer's. Every test below returned a wrong number without a word before the
-fix: tied weights, a weight read by ``F.linear`` elsewhere, a layer run twice, a last
+fix: tied weights, a weight read by ``F.linear`` elsewhere, a layer run twice or on
+rows flattened into the batch dimension (session 11), a last
 layer run twice or followed by a ReLU that is the identity on the first rows, a frozen
 net left in train mode by skorch, a frozen last-layer bias; and for the regressor the
 GP predictive at the initial per-output σ and ``sigma_noise_`` of multi-output y.
@@ -67,6 +68,19 @@ class LayerTwice(nn.Module):
         return self.out(torch.tanh(self.mid(h)))
 
 
+class RowsFlattened(nn.Module):
+    """Each feature a token: the first layer sees 3·n rows (x.reshape(-1, 1))."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Linear(1, 4)
+        self.out = nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = torch.tanh(self.tok(x.reshape(-1, 1)))
+        return self.out(h.reshape(x.shape[0], -1, 4).mean(1))
+
+
 def _data(n=60, seed=0):
     rng = np.random.RandomState(seed)
     X = rng.randn(n, 3).astype(np.float32)
@@ -103,7 +117,7 @@ def _exact_logit_cov(module, X, diagonal):
     return cov.numpy()
 
 
-@pytest.mark.parametrize("module", [TiedModules, FunctionalTie, LayerTwice])
+@pytest.mark.parametrize("module", [TiedModules, FunctionalTie, LayerTwice, RowsFlattened])
 @pytest.mark.parametrize("structure", ["full", "diag"])
 def test_reused_weights_get_their_whole_jacobian(module, structure):
     X, y = _data()
@@ -115,7 +129,7 @@ def test_reused_weights_get_their_whole_jacobian(module, structure):
     np.testing.assert_allclose(est.predict_dist(X).logit_cov, reference, rtol=1e-7, atol=1e-10)
 
 
-@pytest.mark.parametrize("module", [TiedModules, FunctionalTie, LayerTwice])
+@pytest.mark.parametrize("module", [TiedModules, FunctionalTie, LayerTwice, RowsFlattened])
 @pytest.mark.parametrize("curvature", ["ggn", "ef"])
 def test_kron_refuses_reused_weights(module, curvature):
     X, y = _data()
@@ -124,6 +138,27 @@ def test_kron_refuses_reused_weights(module, curvature):
                             hyperparameter_tuning=None)
     with pytest.raises(ValueError, match="(?i)kron"):
         est.fit(X, y)
+
+
+@pytest.mark.parametrize("module", [LayerTwice, RowsFlattened])
+def test_auto_structure_does_not_pick_kron_for_a_net_it_cannot_read(module, monkeypatch):
+    # beyond the full budget "auto" took Kronecker factors for any net of nn.Linear
+    # layers, and the fit then raised
+    import sklaplace._base as base
+
+    monkeypatch.setattr(base, "AUTO_FULL_SECONDS", 0.0)
+    X, y = _data()
+    for subset, expected in [("auto", ("last_layer", "full")), ("all", ("all", "diag"))]:
+        net = NeuralNetClassifier(module, criterion=nn.CrossEntropyLoss, max_epochs=5, lr=0.1,
+                                  train_split=None, verbose=0)
+        est = LaplaceClassifier(net, subset_of_weights=subset, hyperparameter_tuning="evidence",
+                                random_state=0).fit(X, y)
+        assert (est.subset_of_weights_, est.hessian_structure_) == expected
+    net = NeuralNetClassifier(module, criterion=nn.CrossEntropyLoss, max_epochs=5, lr=0.1,
+                              train_split=None, verbose=0)
+    est = LaplaceClassifier(net, random_state=0).partial_fit(X, y, classes=[0, 1, 2])
+    assert est.hessian_structure_ == "diag"
+    assert np.isfinite(est.predict_proba(X)).all()
 
 
 class HeadTwice(nn.Module):

@@ -463,6 +463,8 @@ def test_auto_structure_with_a_prior_kron_cannot_hold_takes_the_diagonal(
         callback = next(cb for _, cb in est.net_.callbacks_ if hasattr(cb, "history_"))
         assert callback.hessian_structure == "diag"
     assert np.isfinite(est.predict(X)).all()
+    est = LaplaceRegressor(hidden_layer_sizes=(6,), **prior, **FAST).partial_fit(X, y)
+    assert est.hessian_structure_ == "diag"
 
 
 def test_online_history_of_a_diagonal_prior_has_every_weight():

@@ -140,7 +140,7 @@ def resolve_subset(estimator, module, X, n_out):
     The structure of the earlier tasks' posterior, else ``hessian_structure``;
     ``"auto"`` takes the full GGN when it is estimated within the "auto" time and
     its Jacobians fit the memory budget, else Kronecker factors (nets of
-    ``nn.Linear`` layers), else the diagonal.
+    ``nn.Linear`` layers that they can read, a prior they can hold), else the diagonal.
     """
     from .._base import _all_linear, all_weights_structure
     from .curvature import jacobian_bytes, memory_budget
@@ -156,7 +156,9 @@ def resolve_subset(estimator, module, X, n_out):
     else:
         P = subset.n_params
         fits = jacobian_bytes(X.shape[0], n_out, P) <= memory_budget(X.device)
-        structure = all_weights_structure(_all_linear(module), X.shape[0], n_out, P, fits)
+        structure = estimator._kron_or_diag(
+            all_weights_structure(_all_linear(module, X), X.shape[0], n_out, P, fits),
+            [int(np.prod(shape)) for shape in subset.shapes])
     return subset, "all", structure
 
 

@@ -229,7 +229,7 @@ def _preactivation_factors(subset, layers, likelihood, X, y, out_scale, curvatur
                  for i in range(len(layers))]
         exact = factors_account_for(layers, inputs, calls, mixed, whole)
         a = [inputs[i] for i in range(len(layers))]
-        yield a, factors, exact, single_pass(inputs, calls), sl
+        yield a, factors, exact, single_pass(inputs, calls, sl.stop - sl.start), sl
         if not exact:
             return
 

@@ -195,9 +195,10 @@ def preactivation_hooks(layers):
             handle.remove()
 
 
-def single_pass(inputs, calls):
-    """Whether every layer ran once, on one input row per data row."""
-    return all(c == 1 for c in calls) and all(inputs[i].dim() == 2 for i in range(len(calls)))
+def single_pass(inputs, calls, n_rows):
+    """Whether every layer ran once, on one input row per data row (of ``n_rows``)."""
+    return all(c == 1 for c in calls) and all(
+        inputs[i].dim() == 2 and inputs[i].shape[0] == n_rows for i in range(len(calls)))
 
 
 def layer_parameters(layers):
@@ -251,7 +252,7 @@ def _output_gradients(module, layers, X):
     with _FUNCTIONAL_CALL_LOCK, preactivation_hooks(layers) as (inputs, eps, calls):
         with torch.enable_grad():
             f = module(X).reshape(n, -1)
-            if not single_pass(inputs, calls):
+            if not single_pass(inputs, calls, n):
                 return None
             targets = [eps[i] for i in range(len(layers))]
             C = f.shape[1]
@@ -327,6 +328,13 @@ class AllWeights:
             return 8 * sum(2 * layer.in_features + 3 * n_out * layer.out_features
                            for layer, *_ in layers)
         return 8 * n_out * self.n_params
+
+    def factored_on(self, X):
+        """Whether per-layer factors g ⊗ a describe the net on rows ``X``: every weight in
+        an nn.Linear that runs once, on one input row per data row, its weight used
+        nowhere else (what Kronecker factors need)."""
+        layers = self._layers()
+        return bool(layers) and _output_gradients(self.module, layers, X) is not None
 
     def _layers(self):
         """``linear_layers()``, or None when some parameter lies outside nn.Linear (cached)."""
