@@ -29,7 +29,8 @@ one in weight space (N·C ≥ P; the kernel path N·C < P needs J itself):
     ELBO E_q[−s Σ w ℓ] − KL(q ‖ prior), by natural-gradient steps (Khan et
     al. 2018, the "VON" update with exact output-space expectations): with
     the expectations over f_n ~ N(f_lin(x_n; m), J_n S J_nᵀ) (exact for a Gaussian
-    likelihood, by Monte Carlo with fixed draws otherwise),
+    likelihood, by Gauss–Hermite quadrature for one logit, by Monte Carlo with
+    fixed draws for a softmax),
 
         S⁻¹ ← (1 − β) S⁻¹ + β (s Σ_n w_n J_nᵀ E[Λ_n] J_n + D),
         m   ← m − β S (s Σ_n w_n J_nᵀ E[∇_f ℓ_n] + D m),
@@ -461,22 +462,34 @@ def _chol_of_cov(V):
 class _Expectations:
     """E_q[ℓ_n], E_q[∂ℓ_n/∂f] and E_q[Λ_n] under f_n ~ N(μ_n, V_n).
 
-    Gaussian: closed form. Categorical / Bernoulli: Monte Carlo with fixed
-    standard-normal draws (common random numbers, so the ELBO is a
-    deterministic function of (m, S) and step acceptance is meaningful).
+    Gaussian: closed form. One logit (Bernoulli): Gauss–Hermite quadrature on
+    ``VI_MC_SAMPLES`` nodes. Categorical: Monte Carlo with fixed standard-normal
+    draws (common random numbers). Either way the ELBO is a deterministic function
+    of (m, S), so that step acceptance is meaningful.
     """
 
     def __init__(self, glm, generator):
         self.glm = glm
-        self.eps = None if glm.gaussian else torch.randn(  # CPU draws: the same on any device
-            VI_MC_SAMPLES, glm.n, glm.C, generator=generator, dtype=glm.dtype).to(glm.device)
+        self.eps = self.weights = None
+        if glm.gaussian:
+            return
+        if glm.C == 1:
+            nodes, weights = np.polynomial.hermite_e.hermegauss(VI_MC_SAMPLES)
+            eps = torch.as_tensor(nodes, dtype=glm.dtype)[:, None, None].expand(-1, glm.n, 1)
+            weights = weights / weights.sum()
+        else:  # CPU draws: the same on any device
+            eps = torch.randn(VI_MC_SAMPLES, glm.n, glm.C, generator=generator, dtype=glm.dtype)
+            weights = np.full(VI_MC_SAMPLES, 1.0 / VI_MC_SAMPLES)
+        self.eps = eps.to(glm.device)
+        self.weights = torch.as_tensor(weights, dtype=glm.dtype, device=glm.device)
 
     def nll(self, mu, V):
         glm = self.glm
         if glm.gaussian:
             trace = (V.diagonal(dim1=1, dim2=2) * glm.out_scale**2).sum(-1)
             return glm.row_nll(mu) + 0.5 * trace
-        return torch.stack([glm.row_nll(fs) for fs in self._samples(mu, V)]).mean(0)
+        nll = torch.stack([glm.row_nll(fs) for fs in self._samples(mu, V)])
+        return (self.weights[:, None] * nll).sum(0)
 
     def grad_and_hessian(self, mu, V):
         """(E[∂ℓ/∂f] (n, C), E[Λ] (n, C, C))."""
@@ -486,11 +499,11 @@ class _Expectations:
             return glm.residual(mu), F @ F.transpose(1, 2)
         grad = torch.zeros_like(mu)
         hess = torch.zeros(glm.n, glm.C, glm.C, dtype=mu.dtype, device=mu.device)
-        for fs in self._samples(mu, V):
-            grad += glm.residual(fs)
+        for w, fs in zip(self.weights, self._samples(mu, V)):
+            grad += w * glm.residual(fs)
             F = glm.factors(fs)
-            hess += F @ F.transpose(1, 2)
-        return grad / len(self.eps), hess / len(self.eps)
+            hess += w * (F @ F.transpose(1, 2))
+        return grad, hess
 
     def _samples(self, mu, V):
         L = _chol_of_cov(V)
