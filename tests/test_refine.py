@@ -163,6 +163,28 @@ def test_vi_of_binary_logistic_regression_is_the_exact_fixed_point():
     np.testing.assert_allclose(np.einsum("np,pq,nq->n", Xb, S, Xb), v, rtol=1e-4)
 
 
+def test_vi_of_softmax_regression_is_near_the_exact_fixed_point():
+    """Categorical VI takes its expectations on scrambled Sobol points: at the refined
+    mean, Σ_n J_nᵀ E[softmax(f_n) − y_n] + δ m (by 200,000 draws, error ~5e-3) is 0.02;
+    with 64 Monte Carlo draws per row it was 0.16–0.27 over three seeds."""
+    X, y = _data(k=3, n=60)
+    J = _linear_jacobians(X, 3)
+    z = np.random.RandomState(0).randn(200_000, 3)
+    for seed in range(2):
+        clf = LaplaceClassifier(_frozen(4, 3), refine="vi", hessian_structure="full",
+                                **{**COMMON, "random_state": seed}).fit(X, y)
+        dist = clf.predict_dist(X)
+        m = np.linalg.lstsq(J.reshape(-1, J.shape[2]), dist.logit_mean.reshape(-1),
+                            rcond=None)[0]
+        expected = np.zeros_like(dist.logit_mean)
+        for n, L in enumerate(np.linalg.cholesky(dist.logit_cov + 1e-12 * np.eye(3))):
+            f = dist.logit_mean[n] + z @ L.T
+            p = np.exp(f - f.max(1, keepdims=True))
+            expected[n] = (p / p.sum(1, keepdims=True)).mean(0)
+        gradient = np.einsum("ncp,nc->p", J, expected - np.eye(3)[y]) + DELTA * m
+        assert np.abs(gradient).max() < 0.06
+
+
 @pytest.mark.parametrize("method", ["laplace", "vi"])
 def test_refinement_of_linear_regression_is_the_exact_posterior(method):
     """Gaussian likelihood: the GLM posterior is Gaussian, so both the Laplace and the

@@ -29,8 +29,8 @@ one in weight space (N·C ≥ P; the kernel path N·C < P needs J itself):
     ELBO E_q[−s Σ w ℓ] − KL(q ‖ prior), by natural-gradient steps (Khan et
     al. 2018, the "VON" update with exact output-space expectations): with
     the expectations over f_n ~ N(f_lin(x_n; m), J_n S J_nᵀ) (exact for a Gaussian
-    likelihood, by Gauss–Hermite quadrature for one logit, by Monte Carlo with
-    fixed draws for a softmax),
+    likelihood, by Gauss–Hermite quadrature for one logit, by randomized
+    quasi-Monte Carlo with fixed points for a softmax),
 
         S⁻¹ ← (1 − β) S⁻¹ + β (s Σ_n w_n J_nᵀ E[Λ_n] J_n + D),
         m   ← m − β S (s Σ_n w_n J_nᵀ E[∇_f ℓ_n] + D m),
@@ -53,6 +53,8 @@ import warnings
 
 import numpy as np
 import torch
+from scipy.special import ndtri
+from scipy.stats import qmc
 from scipy.optimize import minimize
 from sklearn.exceptions import ConvergenceWarning
 
@@ -67,13 +69,14 @@ JACOBIAN_BUDGET = 2 * 2**30
 MODE_MAX_ITER = 20_000
 MODE_GTOL = 1e-9
 MODE_NEWTON_STEPS = 5
-#: Natural-gradient VI: steps, initial step size β, Monte Carlo draws per row for the
-#: expectations of the categorical / Bernoulli likelihoods (common random numbers).
+#: Natural-gradient VI: steps, initial step size β, points per row for the expectations
+#: of the categorical (quasi-Monte Carlo, a power of 2) and Bernoulli (Gauss–Hermite)
+#: likelihoods.
 VI_STEPS = {"full": 20, "diag": 100}
 VI_STEP_SIZE = 1.0
 #: VI stops when an accepted step raises the ELBO by less than this, relative to |ELBO|.
 VI_RTOL = 1e-12
-VI_MC_SAMPLES = 64
+VI_POINTS = 64
 
 STRUCTURES = ("full", "diag")
 
@@ -463,9 +466,11 @@ class _Expectations:
     """E_q[ℓ_n], E_q[∂ℓ_n/∂f] and E_q[Λ_n] under f_n ~ N(μ_n, V_n).
 
     Gaussian: closed form. One logit (Bernoulli): Gauss–Hermite quadrature on
-    ``VI_MC_SAMPLES`` nodes. Categorical: Monte Carlo with fixed standard-normal
-    draws (common random numbers). Either way the ELBO is a deterministic function
-    of (m, S), so that step acceptance is meaningful.
+    ``VI_POINTS`` nodes. Categorical: randomized quasi-Monte Carlo, that many
+    points of a Sobol sequence per row, scrambled independently for each row and
+    mapped to standard normals (on softmax regression the fixed point's error was
+    a fifth of 1,024 Monte Carlo draws'). The points stay fixed, so the ELBO is a
+    deterministic function of (m, S) and step acceptance is meaningful.
     """
 
     def __init__(self, glm, generator):
@@ -474,12 +479,15 @@ class _Expectations:
         if glm.gaussian:
             return
         if glm.C == 1:
-            nodes, weights = np.polynomial.hermite_e.hermegauss(VI_MC_SAMPLES)
+            nodes, weights = np.polynomial.hermite_e.hermegauss(VI_POINTS)
             eps = torch.as_tensor(nodes, dtype=glm.dtype)[:, None, None].expand(-1, glm.n, 1)
             weights = weights / weights.sum()
-        else:  # CPU draws: the same on any device
-            eps = torch.randn(VI_MC_SAMPLES, glm.n, glm.C, generator=generator, dtype=glm.dtype)
-            weights = np.full(VI_MC_SAMPLES, 1.0 / VI_MC_SAMPLES)
+        else:  # CPU points: the same on any device
+            rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))
+            u = np.stack([qmc.Sobol(glm.C, scramble=True, seed=rng).random(VI_POINTS)
+                          for _ in range(glm.n)], 1)
+            eps = torch.as_tensor(ndtri(np.clip(u, 1e-16, 1 - 1e-16)), dtype=glm.dtype)
+            weights = np.full(VI_POINTS, 1.0 / VI_POINTS)
         self.eps = eps.to(glm.device)
         self.weights = torch.as_tensor(weights, dtype=glm.dtype, device=glm.device)
 
