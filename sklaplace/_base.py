@@ -109,9 +109,10 @@ def check_positive(name, value, integer=False, allow_none=False, allow_zero=Fals
 
 
 def positive_array(name, value):
-    """A positive finite float or 1-D array of them, as a float array."""
+    """A positive finite float or 1-D array of them, as a float array (bools refused)."""
     try:
-        arr = np.asarray(value, dtype=float)
+        given = np.asarray(value)
+        arr = None if given.dtype.kind in "bOSU" and not _all_reals(given) else given.astype(float)
     except (TypeError, ValueError):
         arr = None
     if arr is None or arr.ndim > 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
@@ -119,6 +120,12 @@ def positive_array(name, value):
             f"{name} must be a positive finite float or a 1-D array of them, got {value!r}."
         )
     return arr
+
+
+def _all_reals(values):
+    """Whether an object array holds real numbers only (no bools, no strings)."""
+    return values.dtype.kind == "O" and all(
+        isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values.ravel())
 
 
 def check_seed(name, value):

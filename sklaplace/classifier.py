@@ -123,7 +123,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         differ by several hundredths of a nat (UCI satellite, diagonal
         ``refine="vi"``, 9 splits: test NLL 0.261 with the probit, 0.239 with
         1,000 draws; on digits the probit was the better of the two). For two
-        classes the bridge's mean is the MAP probability (its two logits have
+        classes the probit is the binary one of f1 − f0; the bridge's mean is the MAP probability (its two logits have
         one variance, which cancels): its uncertainty is only in
         ``predict_dist``.
     n_samples : int, default=100
@@ -521,6 +521,9 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             mean, cov = mean.cpu().numpy(), cov.cpu().numpy()
             if self._likelihood.single_logit:
                 return binary_probit_proba(mean[:, 0], np.maximum(cov[:, 0, 0], 0.0))
+            if mean.shape[1] == 2:  # softmax of two logits: the sigmoid of f1 − f0
+                var = cov[:, 0, 0] + cov[:, 1, 1] - 2.0 * cov[:, 0, 1]
+                return binary_probit_proba(mean[:, 1] - mean[:, 0], np.maximum(var, 0.0))
             return probit_proba(mean, centered_logit_var(cov))
         return self._logit_dist(mean, cov, self.link_approx).proba()
 

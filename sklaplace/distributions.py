@@ -71,7 +71,9 @@ def probit_proba(logit_mean, logit_var):
     """Extended probit approximation of the expected softmax.
 
     Computes ``softmax(mu_j / sqrt(1 + pi / 8 * var_j))`` row-wise. It uses only the
-    marginal logit variances and ignores their correlations.
+    marginal logit variances and ignores their correlations. For two classes the
+    estimators use :func:`binary_probit_proba` of the difference f1 − f0 instead
+    (two-class softmax is the sigmoid of that difference).
 
     Parameters
     ----------
@@ -578,7 +580,7 @@ class LogitGaussianPrediction:
             Predictive probability of each class.
         """
         if self.link == "probit":
-            if self.single_logit:
+            if self.single_logit or self.logit_mean.shape[-1] == 2:  # the binary probit of f1 − f0
                 cov = self.logit_cov
                 f = self.logit_mean[:, 1] - self.logit_mean[:, 0]
                 v = cov[:, 1, 1] + cov[:, 0, 0] - 2.0 * cov[:, 0, 1]

@@ -81,6 +81,13 @@ def _check_classification(y_true, y_prob):
         raise ValueError("y_true and y_prob are empty.")
     if not np.all(np.isfinite(y_prob)) or y_prob.min() < 0 or y_prob.max() > 1:
         raise ValueError("y_prob must contain finite probabilities in [0, 1].")
+    sums = y_prob.sum(axis=1)
+    if not np.allclose(sums, 1.0, rtol=np.sqrt(np.finfo(float).eps), atol=0.0):
+        worst = int(np.argmax(np.abs(sums - 1.0)))
+        raise ValueError(
+            f"y_prob rows must sum to 1 (one probability per class); row {worst} sums to "
+            f"{sums[worst]:.6g}."
+        )
     n_classes = y_prob.shape[1]
     if y_true.dtype.kind not in "iub":
         if y_true.dtype.kind == "f" and np.all(np.isfinite(y_true)) and np.all(

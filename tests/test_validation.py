@@ -105,6 +105,8 @@ PARAM_CASES = [
     (dict(pred_type="map"), ValueError, "'pred_type' parameter of Laplace"),
     (dict(refine="newton"), ValueError, "'refine' parameter of Laplace"),
     (dict(refine=True), ValueError, "'refine' parameter of Laplace"),
+    (dict(prior_precision=True), ValueError, "prior_precision must be a positive"),
+    (dict(prior_precision="1.0"), ValueError, "prior_precision must be a positive"),
     (dict(refine="laplace", hessian_structure="kron"), ValueError,
      "refine='laplace' needs hessian_structure in"),
     (dict(refine="vi", curvature="ef"), ValueError, "refine='vi' needs curvature in"),
@@ -134,6 +136,7 @@ REGRESSOR_PARAM_CASES = [
     (dict(sigma_noise=0.0), ValueError, "sigma_noise must be a positive"),
     (dict(sigma_noise=np.nan), ValueError, "sigma_noise must be a positive"),
     (dict(sigma_noise="loud"), ValueError, "sigma_noise must be a positive"),
+    (dict(sigma_noise=True), ValueError, "sigma_noise must be a positive"),
     (dict(sigma_noise=[1.0, 2.0]), ValueError, "sigma_noise has 2 values but y has 1 outputs"),
     (dict(normalize_y="yes"), ValueError, "'normalize_y' parameter of Laplace"),
 ]
