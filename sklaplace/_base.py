@@ -199,6 +199,15 @@ def check_fit_weight(sample_weight, X):
     return sample_weight
 
 
+def without_zero_weights(X, y, sample_weight):
+    """The rows of positive weight: a zero weight is a row that is not there (its target
+    may be a sentinel such as 1e20, which would still overflow training's float32 loss)."""
+    if sample_weight is None or np.all(sample_weight > 0):
+        return X, y, sample_weight
+    keep = sample_weight > 0
+    return X[keep], y[keep], sample_weight[keep]
+
+
 def weighted_spread(values, weight=None, axis=None):
     """``np.std(values, axis)``, or the std under row weights (the rows' duplication)."""
     values = np.asarray(values)
@@ -400,6 +409,11 @@ class BaseLaplace(BaseEstimator):
                     None, None)
         if isinstance(net, FrozenEstimator):
             inner = net.estimator
+            if isinstance(inner, BaseLaplace):
+                raise ValueError(
+                    f"net=FrozenEstimator(...) needs a trained skorch net; got a "
+                    f"{type(inner).__name__}. To reuse the net a fitted one trained, pass "
+                    "FrozenEstimator(estimator.net_).")
             if not getattr(inner, "initialized_", False):
                 raise ValueError(
                     "net=FrozenEstimator(...) needs an initialized, trained skorch net; got an "
@@ -496,10 +510,6 @@ class BaseLaplace(BaseEstimator):
                 labels=None if self._likelihood.has_noise else y_model)
             w_fit, w_val = ((None, None) if sample_weight is None
                             else (sample_weight[fit_rows], sample_weight[held_out]))
-            if w_fit is not None and not (w_fit.sum() > 0 and w_val.sum() > 0):
-                raise ValueError(
-                    "hyperparameter_tuning='cv': the sample_weight of the fitted or of the "
-                    "held-out rows sums to zero; use another hyperparameter_tuning or weights.")
             self._train(net, frozen, X[fit_rows], y_model[fit_rows], sizes, sigma0, train_seed,
                         w_fit)
             self._fit_laplace(X[fit_rows], y_model[fit_rows], sigma0, y_scale,
@@ -759,11 +769,6 @@ class BaseLaplace(BaseEstimator):
         size = n if self.gp_subset_size is None else min(int(self.gp_subset_size), n)
         rows = np.sort(np.random.RandomState(self._prediction_seed).choice(n, size, replace=False))
         w = torch.ones(n, dtype=torch.float64, device=X.device) if weight is None else weight
-        if not float(w[rows].sum()) > 0:
-            raise ValueError(
-                f"pred_type='gp': the sample_weight of the {size} rows drawn for the GP "
-                "(gp_subset_size) sums to zero; use a larger gp_subset_size or weights that "
-                "are positive on more rows.")
         scaled = w[rows] * (w.sum() / w[rows].sum())  # the subset carries all the data's weight
         self._log(f"GP predictive on {size} of {n} rows")
         return compute_posterior("full", subset, likelihood, X[rows], y[rows], out_scale,

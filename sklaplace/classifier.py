@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._laplace import continual
 from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
-                    keeps_state_on_failure, validate_numeric)
+                    keeps_state_on_failure, validate_numeric, without_zero_weights)
 from .distributions import (LogitGaussianPrediction, binary_probit_proba, centered_logit_var,
                             probit_proba)
 
@@ -303,6 +303,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             term times w_i, all structures), the evidence and the held-out NLL of
             ``"cv"`` (the weights are split with the rows). Integer weights equal
             duplicating the rows. ``None``: all rows weigh 1 (the unweighted fit).
+            Rows of weight 0 are dropped first.
 
         Returns
         -------
@@ -337,8 +338,8 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         single_logit = len(self.classes_) == 2 and self.net is None
         self._n_model_outputs = 1 if single_logit else len(self.classes_)
         default = "bernoulli" if single_logit else "categorical"
-        return self._fit(X, encoder.transform(y), default, self._n_model_outputs, None,
-                         sample_weight)
+        X, y_index, sample_weight = without_zero_weights(X, encoder.transform(y), sample_weight)
+        return self._fit(X, y_index, default, self._n_model_outputs, None, sample_weight)
 
     MIN_HELD_OUT_ROWS = 10
 
@@ -435,8 +436,9 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             per_row = compute_sample_weight(self.class_weight, y_checked)
             sample_weight = check_fit_weight(
                 per_row if sample_weight is None else sample_weight * per_row, X_checked)
-        return continual.fit_next_task(self, X_checked, np.searchsorted(known, y_checked), None,
-                                       sample_weight)
+        X_checked, y_index, sample_weight = without_zero_weights(
+            X_checked, np.searchsorted(known, y_checked), sample_weight)
+        return continual.fit_next_task(self, X_checked, y_index, None, sample_weight)
 
     def log_evidence(self, prior_precision=None):
         """Laplace log marginal likelihood at the fitted or given prior precision.

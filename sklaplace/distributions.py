@@ -250,6 +250,20 @@ class NormalPrediction:
         """Total predictive standard deviation."""
         return np.sqrt(self.var)
 
+    def _like_mean(self, values, name):
+        """``values`` as an array that broadcasts to ``mean``'s shape without growing it
+        (a (n, 1) column against (n,) means would silently give an (n, n) result)."""
+        values = np.asarray(values, dtype=np.float64)
+        try:
+            shape = np.broadcast_shapes(values.shape, self.mean.shape)
+        except ValueError:
+            shape = None
+        if shape != self.mean.shape:
+            raise ValueError(
+                f"{name} of shape {values.shape} does not broadcast to the predictive's shape "
+                f"{self.mean.shape}.")
+        return values
+
     def interval(self, confidence=0.95):
         """Central predictive interval.
 
@@ -278,14 +292,14 @@ class NormalPrediction:
         Parameters
         ----------
         y : array-like
-            Target values, broadcastable against ``mean``.
+            Target values, broadcastable to the shape of ``mean``.
 
         Returns
         -------
         logpdf : ndarray
             Log predictive density of each value.
         """
-        return stats.norm.logpdf(y, loc=self.mean, scale=self.std)
+        return stats.norm.logpdf(self._like_mean(y, "y"), loc=self.mean, scale=self.std)
 
     def cdf(self, y):
         """Cumulative distribution function at ``y`` (broadcast against ``mean``).
@@ -293,14 +307,14 @@ class NormalPrediction:
         Parameters
         ----------
         y : array-like
-            Target values, broadcastable against ``mean``.
+            Target values, broadcastable to the shape of ``mean``.
 
         Returns
         -------
         cdf : ndarray
             Predictive probability of a value at most ``y``.
         """
-        return stats.norm.cdf(y, loc=self.mean, scale=self.std)
+        return stats.norm.cdf(self._like_mean(y, "y"), loc=self.mean, scale=self.std)
 
     def ppf(self, q):
         """Quantile function at ``q`` (scalar or broadcastable against ``mean``).
@@ -308,14 +322,14 @@ class NormalPrediction:
         Parameters
         ----------
         q : float or array-like
-            Probabilities in [0, 1], broadcastable against ``mean``.
+            Probabilities in [0, 1], broadcastable to the shape of ``mean``.
 
         Returns
         -------
         ppf : ndarray
             Predictive quantiles.
         """
-        return stats.norm.ppf(q, loc=self.mean, scale=self.std)
+        return stats.norm.ppf(self._like_mean(q, "q"), loc=self.mean, scale=self.std)
 
     def sample(self, n_samples=1, random_state=None):
         """Draw targets from the predictive.

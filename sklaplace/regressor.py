@@ -9,7 +9,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._laplace import continual
 from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
-                    keeps_state_on_failure, positive_array, validate_numeric, weighted_spread)
+                    keeps_state_on_failure, positive_array, validate_numeric, weighted_spread,
+                    without_zero_weights)
 from .distributions import NormalPrediction
 
 
@@ -305,6 +306,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             weights are split with the rows; ``"online"`` uses them too).
             Integer weights equal duplicating the rows. ``None``: all rows weigh
             1 (the unweighted fit).
+            Rows of weight 0 are dropped first.
 
         Returns
         -------
@@ -326,6 +328,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             raise ValueError(f"y must be numeric for LaplaceRegressor; {error}") from error
         y2 = y.reshape(len(y), -1)
         sample_weight = check_fit_weight(sample_weight, X)
+        X, y2, sample_weight = without_zero_weights(X, y2, sample_weight)
         sigma = positive_array("sigma_noise", self.sigma_noise)
         if sigma.size not in (1, y2.shape[1]):
             raise ValueError(f"sigma_noise has {sigma.size} values but y has {y2.shape[1]} outputs.")
@@ -358,7 +361,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         self._n_model_outputs = y2.shape[1]
         y_model = (y2 - self._y_mean) / self._y_std
         if not frozen:  # only training can overflow
-            self._check_sigma_scale(sigma, y_model)
+            self._check_sigma_scale(sigma, y_model, sample_weight)
         self._fit(X, y_model, "gaussian", y2.shape[1], self._y_std, sample_weight)
         return self._record_scaling()
 
@@ -441,6 +444,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             raise ValueError(
                 f"y has {y2.shape[1]} outputs but the earlier tasks had {self._n_model_outputs}.")
         sample_weight = check_fit_weight(sample_weight, X)
+        X, y2, sample_weight = without_zero_weights(X, y2, sample_weight)
         y_model = (y2 - self._y_mean) / self._y_std  # the units of the first task
         continual.fit_next_task(self, X, y_model, self._y_std, sample_weight)
         return self._record_scaling()
@@ -449,9 +453,9 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     # overflow float32 (3e38) and the net silently stays at its initialization.
     MAX_GRADIENT_SCALE = 1e15
 
-    def _check_sigma_scale(self, sigma, y_model):
+    def _check_sigma_scale(self, sigma, y_model, sample_weight=None):
         """Refuse a σ so small against the spread of the targets that training breaks."""
-        spread = np.std(y_model, axis=0)
+        spread = weighted_spread(y_model, sample_weight, axis=0)
         scale = np.where(spread > 0, spread, 1.0) / sigma**2
         if not np.all(scale <= self.MAX_GRADIENT_SCALE):
             unit = "standardized y" if self._normalizes else "y"
@@ -484,7 +488,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     # stds is a different noise per output in the units of y: σ·std_c, reported per output.
     @property
     def _sigma_per_output(self):
-        return self._y_std.size > 1 and not np.all(self._y_std == self._y_std[0])
+        return self._normalizes and self._y_std.size > 1
 
     def _sigma_model(self, sigma):
         s = np.asarray(sigma, dtype=float)

@@ -377,3 +377,17 @@ def test_invalid_variances_and_concentrations_are_refused(make):
     # a negative variance gave NaN std, logpdf and samples without a word
     with pytest.raises(ValueError, match="must be finite"):
         make()
+
+
+def test_normal_prediction_refuses_values_that_would_grow_its_shape():
+    # a (n, 1) column against (n,) means gave an (n, n) array of log densities
+    dist = NormalPrediction(np.zeros(5), np.ones(5), np.ones(5))
+    y = np.arange(5.0)
+    for method in (dist.logpdf, dist.cdf):
+        with pytest.raises(ValueError, match=r"y of shape \(5, 1\) does not broadcast"):
+            method(y[:, None])
+        assert method(y).shape == (5,) and np.shape(method(0.5)) == (5,)
+    with pytest.raises(ValueError, match="q of shape"):
+        dist.ppf(np.full((5, 1), 0.5))
+    wide = NormalPrediction(np.zeros((5, 2)), np.ones((5, 2)), np.ones((5, 2)))
+    assert wide.logpdf(np.array([0.0, 1.0])).shape == (5, 2)

@@ -282,6 +282,27 @@ def test_sigma_noise_is_reported_per_output_for_standardized_multi_output_y():
         reg.log_evidence(sigma_noise=[1.0, 1.0])
 
 
+def test_sigma_noise_form_does_not_depend_on_equal_target_stds():
+    # [y, y + 5] (stds equal to the last bit) reported one float, [y, 2y] an array, and
+    # log_evidence(sigma_noise=[s, s]) raised for one of them only
+    X, Y = _two_outputs()
+    forms = []
+    for second in (Y[:, 0] + 5, 2 * Y[:, 0]):
+        reg = LaplaceRegressor(hidden_layer_sizes=(8,), max_epochs=10, random_state=0).fit(
+            X, np.column_stack([Y[:, 0], second]))
+        forms.append(np.shape(reg.sigma_noise_))
+        assert reg.log_evidence(sigma_noise=reg.sigma_noise_) == pytest.approx(
+            reg.log_evidence_, rel=1e-10)
+    assert forms == [(2,), (2,)]
+
+
+def test_a_frozen_laplace_estimator_is_refused_with_the_way_out():
+    X, Y = _two_outputs()
+    reg = LaplaceRegressor(hidden_layer_sizes=(8,), max_epochs=5, random_state=0).fit(X, Y)
+    with pytest.raises(ValueError, match=r"FrozenEstimator\(estimator.net_\)"):
+        LaplaceRegressor(FrozenEstimator(reg)).fit(X, Y)
+
+
 def _linear_frozen_regressor(n_out):
     return FrozenEstimator(NeuralNet(lambda: nn.Linear(2, n_out), criterion=nn.MSELoss)
                            .initialize())
@@ -299,16 +320,15 @@ def test_gp_predictive_uses_the_tuned_per_output_noise():
                                glm.predict_dist(X).epistemic_var, rtol=1e-8)
 
 
-def test_gp_subset_with_zero_weights_is_refused_clearly():
+def test_gp_subset_is_drawn_from_rows_of_positive_weight():
+    # rows of weight 0 are dropped before the draw (a draw of zero-weight rows only was
+    # refused before)
     X, Y = _two_outputs()
     weight = np.zeros(len(X))
-    weight[0] = 1.0
-    est = LaplaceRegressor(net=_linear_frozen_regressor(2), pred_type="gp", gp_subset_size=3,
-                           hyperparameter_tuning=None, random_state=0)
-    for seed in range(20):  # a draw of 3 rows without row 0
-        rows = np.random.RandomState(np.random.RandomState(seed).randint(0, 2**31 - 1, 2)[1])
-        est.set_params(random_state=seed)
-        if 0 not in rows.choice(len(X), 3, replace=False):
-            break
-    with pytest.raises(ValueError, match="gp_subset_size"):
-        est.fit(X, Y, sample_weight=weight)
+    weight[::4] = 1.0
+    params = dict(net=_linear_frozen_regressor(2), pred_type="gp", gp_subset_size=3,
+                  hyperparameter_tuning=None, random_state=0)
+    weighted = LaplaceRegressor(**params).fit(X, Y, sample_weight=weight)
+    kept = LaplaceRegressor(**params).fit(X[::4], Y[::4])
+    np.testing.assert_allclose(weighted.predict(X, return_std=True),
+                               kept.predict(X, return_std=True), rtol=1e-12)

@@ -302,3 +302,18 @@ def test_class_weight_balanced_equals_its_sample_weight():
     assert twice.log_evidence_ == pytest.approx(plain.log_evidence_, rel=1e-10)
     with pytest.raises(ValueError, match="class_weight"):
         LaplaceClassifier(class_weight="equal").fit(X, y)
+
+
+def test_a_zero_weight_row_is_a_row_that_is_not_there():
+    # a zero-weight sentinel target (1e20) made the σ check refuse the fit, and past the
+    # check float32 training overflowed (0 · inf)
+    rng = np.random.RandomState(0)
+    X = rng.randn(60, 3)
+    y = X @ [1.0, -1.0, 0.5] + 0.3 * rng.randn(60)
+    y_sentinel, weight = y.copy(), np.ones(60)
+    y_sentinel[0], weight[0] = 1e20, 0.0
+    params = dict(hidden_layer_sizes=(8,), max_epochs=20, random_state=0)
+    weighted = LaplaceRegressor(**params).fit(X, y_sentinel, sample_weight=weight)
+    dropped = LaplaceRegressor(**params).fit(X[1:], y[1:], sample_weight=weight[1:])
+    np.testing.assert_allclose(weighted.predict(X), dropped.predict(X), rtol=1e-10)
+    assert weighted.sigma_noise_ == pytest.approx(dropped.sigma_noise_, rel=1e-10)
