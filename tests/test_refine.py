@@ -163,6 +163,27 @@ def test_vi_of_binary_logistic_regression_is_the_exact_fixed_point():
     np.testing.assert_allclose(np.einsum("np,pq,nq->n", Xb, S, Xb), v, rtol=1e-4)
 
 
+def test_laplace_refinement_is_exact_for_outputs_in_very_different_units():
+    # L-BFGS's small gradient left the mean 2e-3 posterior stds off the mode: the curvature
+    # of the second output (σ = 0.005) is 3.6e7 times that of the first (σ = 30)
+    rng = np.random.RandomState(0)
+    X = rng.randn(50, 3)
+    sigma = np.array([30.0, 0.005])
+    Y = np.column_stack([X @ [1.0, -2.0, 0.5] + 0.4 * rng.randn(50),
+                         X @ [0.3, 1.0, -1.0] + 0.2 * rng.randn(50)]) * [100.0, 0.01]
+    net = _frozen(3, 2, criterion=nn.MSELoss, theta=np.r_[np.ones(6), 0.0, 0.0])
+    reg = LaplaceRegressor(net, hessian_structure="full", refine="laplace", sigma_noise=sigma,
+                           **COMMON).fit(X, Y)
+    X_test = rng.randn(4, 3)
+    Xb, Xt = np.hstack([X, np.ones((50, 1))]), np.hstack([X_test, np.ones((4, 1))])
+    dist = reg.predict_dist(X_test)
+    for c in range(2):
+        cov = np.linalg.inv(Xb.T @ Xb / sigma[c] ** 2 + DELTA * np.eye(4))
+        mean = Xt @ (cov @ Xb.T @ Y[:, c]) / sigma[c] ** 2
+        f_std = np.sqrt(np.einsum("np,pq,nq->n", Xt, cov, Xt))
+        np.testing.assert_allclose((dist.mean[:, c] - mean) / f_std, 0, atol=1e-8)
+
+
 def test_vi_of_softmax_regression_is_near_the_exact_fixed_point():
     """Categorical VI takes its expectations on scrambled Sobol points: at the refined
     mean, Σ_n J_nᵀ E[softmax(f_n) − y_n] + δ m (by 200,000 draws, error ~5e-3) is 0.02;
