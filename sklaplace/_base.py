@@ -594,7 +594,13 @@ class BaseLaplace(BaseEstimator):
         if kind == "all":
             subset = AllWeights(module)
         elif kind == "last_layer":
-            subset = LastLayer(self.net_.module_, X)
+            try:
+                subset = LastLayer(self.net_.module_, X)
+            except ValueError:  # a head the last-layer LA cannot read: "auto" takes all weights
+                if self.subset_of_weights != "auto":
+                    raise
+                kind, subset = "all", AllWeights(module)
+                structure = "diag" if self.hessian_structure == "auto" else structure
         else:
             subset = Subnetwork(module, self._subnetwork_indices(module, X, y, out_scale, weight))
         if structure == "auto":

@@ -75,7 +75,9 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         eigendecomposition are estimated within 2 s (N·C·P² + 10·P³ flops, or
         the kernel's when N·C < P, at 2·10¹⁰ flop/s), else all weights
         Kronecker-factored for nets of ``nn.Linear`` layers, else the last
-        layer (full up to 2,000 weights, else kron). With an explicit
+        layer (full up to 2,000 weights, else kron; all weights with the
+        diagonal where the output is not f = W φ(x) + b of a last layer that
+        φ does not read). With an explicit
         ``hessian_structure="full"``: all weights up to 5,000 parameters.
         ``"all"`` with ``hessian_structure="auto"``: full under the same
         estimate, else kron for nets of ``nn.Linear`` layers, else diag.

@@ -81,6 +81,68 @@ class RowsFlattened(nn.Module):
         return self.out(h.reshape(x.shape[0], -1, 4).mean(1))
 
 
+class InplaceTemperature(nn.Module):
+    """A temperature applied in place to the head's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(3, 4)
+        self.head = nn.Linear(4, 3)
+        self.register_buffer("T", torch.tensor(0.5))
+
+    def forward(self, x):
+        out = self.head(torch.tanh(self.body(x)))
+        out /= self.T
+        return out
+
+
+class HeadReadByBody(nn.Module):
+    """The body reads the head's weight through F.linear (a tied autoencoder)."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.head(torch.tanh(nn.functional.linear(x, self.head.weight.T)))
+
+
+class WeightNormHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(3, 4)
+        self.head = nn.utils.parametrizations.weight_norm(nn.Linear(4, 3))
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.body(x)))
+
+
+class DirectParameters(nn.Module):
+    """A hidden layer of bare nn.Parameters with a broadcast bias (BackPACK asserts)."""
+
+    def __init__(self):
+        super().__init__()
+        self.W = nn.Parameter(0.5 * torch.randn(3, 4))
+        self.b = nn.Parameter(torch.zeros(4))
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.head(torch.tanh(x @ self.W + self.b))
+
+
+class InplaceReluAfterBatchNorm(nn.Module):
+    """An in-place ReLU on BatchNorm's output (a view of BackPACK's hooks: RuntimeError)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(3, 5)
+        self.bn = nn.BatchNorm1d(5)
+        self.out = nn.Linear(5, 3)
+
+    def forward(self, x):
+        return self.out(nn.functional.relu(self.bn(self.l1(x)), inplace=True))
+
+
 def _data(n=60, seed=0):
     rng = np.random.RandomState(seed)
     X = rng.randn(n, 3).astype(np.float32)
@@ -159,6 +221,45 @@ def test_auto_structure_does_not_pick_kron_for_a_net_it_cannot_read(module, monk
     est = LaplaceClassifier(net, random_state=0).partial_fit(X, y, classes=[0, 1, 2])
     assert est.hessian_structure_ == "diag"
     assert np.isfinite(est.predict_proba(X)).all()
+
+
+@pytest.mark.parametrize("module", [InplaceTemperature, HeadReadByBody, WeightNormHead])
+def test_last_layer_refuses_heads_it_cannot_read_and_auto_takes_all_weights(
+        module, monkeypatch):
+    # an in-place temperature passed the output check (the hook's tensor was divided too):
+    # logit variances 2.1 where they are 8.1; a head weight read by the body was missed;
+    # a weight-normed head raised "'head.weight' is not in list"
+    import sklaplace._base as base
+
+    X, y = _data()
+    net = _trained(module, X, y)
+    common = dict(hyperparameter_tuning=None, prior_precision=DELTA)
+    with pytest.raises(ValueError, match="subset_of_weights='last_layer'|last nn.Linear"):
+        LaplaceClassifier(FrozenEstimator(net), subset_of_weights="last_layer",
+                          hessian_structure="full", **common).fit(X, y)
+    monkeypatch.setattr(base, "AUTO_FULL_SECONDS", 0.0)
+    est = LaplaceClassifier(FrozenEstimator(net), **common).fit(X, y)
+    assert est.subset_of_weights_ == "all"
+    if est.hessian_structure_ == "diag":  # kron for the in-place temperature (nn.Linear only)
+        np.testing.assert_allclose(est.predict_dist(X).logit_cov,
+                                   _exact_logit_cov(net.module_, X, diagonal=True),
+                                   rtol=1e-7, atol=1e-10)
+    assert est.hessian_structure_ == ("kron" if module is InplaceTemperature else "diag")
+
+
+@pytest.mark.parametrize("module", [DirectParameters, InplaceReluAfterBatchNorm,
+                                    HeadReadByBody])
+def test_diagonal_of_a_net_backpack_cannot_run_is_exact(module):
+    # BackPACK raised an AssertionError / RuntimeError out of fit, or (a head weight also
+    # read by F.linear) returned the diagonal of its module's use alone
+    X, y = _data()
+    net = _trained(module, X, y)
+    est = LaplaceClassifier(FrozenEstimator(net), subset_of_weights="all",
+                            hessian_structure="diag", hyperparameter_tuning=None,
+                            prior_precision=DELTA).fit(X, y)
+    np.testing.assert_allclose(est.predict_dist(X).logit_cov,
+                               _exact_logit_cov(net.module_, X, diagonal=True),
+                               rtol=1e-7, atol=1e-10)
 
 
 class HeadTwice(nn.Module):

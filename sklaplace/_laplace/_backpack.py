@@ -39,7 +39,9 @@ from .subsets import shared_parameters
 _KRON_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 # Raised by BackPACK for modules or set-ups it does not support (AssertionError:
 # a backpropagated quantity is missing, e.g. after a functional op it cannot see).
-_UNSUPPORTED = (NotImplementedError, AssertionError, TraceError)
+#: What BackPACK raises for a module or a forward pattern it does not cover (an
+#: in-place op on its hooks' views is a RuntimeError): the caller then uses the Jacobians.
+_UNSUPPORTED = (NotImplementedError, AssertionError, TraceError, RuntimeError)
 
 
 def _loss(likelihood, out_scale):
@@ -112,13 +114,13 @@ def _chunk_results(prepared, X, extension, chunk):
         x = X[start : start + chunk]
         with torch.enable_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
-            with _call_counts(module) as calls:
-                f = module(x)
-            # a reshape after the last module would cut BackPACK's chain; a module run twice
-            # keeps the quantities of one call only
-            if f.dim() != 2 or any(c > 1 for c in calls):
-                return
             try:
+                with _call_counts(module) as calls:
+                    f = module(x)
+                # a reshape after the last module would cut BackPACK's chain; a module run
+                # twice, or a weight also read outside its module, keeps one use only
+                if f.dim() != 2 or any(c > 1 for c in calls) or not _used_once(f, params):
+                    return
                 with backpack(extension):
                     loss_fn(f, target(f)).backward()
             except _UNSUPPORTED:
@@ -130,6 +132,26 @@ def _chunk_results(prepared, X, extension, chunk):
         for p in params:
             p.grad = None
             delattr(p, extension.savefield)
+
+
+def _used_once(output, params):
+    """Whether each of ``params`` feeds exactly one operation of ``output``'s autograd
+    graph (``F.linear(h, layer.weight.T)`` beside the layer's own call is a second)."""
+    uses = {id(p): 0 for p in params}
+    seen, stack = set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for child, _ in node.next_functions:
+            if child is None:
+                continue
+            leaf = getattr(child, "variable", None)
+            if leaf is not None and id(leaf) in uses:
+                uses[id(leaf)] += 1
+            stack.append(child)
+    return all(count == 1 for count in uses.values())
 
 
 @contextlib.contextmanager

@@ -67,8 +67,8 @@ def find_last_linear(module, X):
     for name, sub in module.named_modules():
         if isinstance(sub, nn.Linear):
             handles.append(
-                sub.register_forward_hook(
-                    lambda m, inp, out, name=name: seen.append((name, inp[0], out))
+                sub.register_forward_hook(  # a copy: an in-place op may follow the layer
+                    lambda m, inp, out, name=name: seen.append((name, inp[0], out.detach().clone()))
                 )
             )
     try:
@@ -108,7 +108,7 @@ def check_last_layer(module, layer_name, X, rows=FEATURE_BLOCK_ROWS):
     and not on others."""
     layer = module.get_submodule(layer_name)
     seen = []
-    handle = layer.register_forward_hook(lambda m, inp, out: seen.append(out))
+    handle = layer.register_forward_hook(lambda m, inp, out: seen.append(out.detach().clone()))
     try:
         with torch.no_grad():
             for start in range(0, len(X), rows):
@@ -118,6 +118,35 @@ def check_last_layer(module, layer_name, X, rows=FEATURE_BLOCK_ROWS):
                                  out)
     finally:
         handle.remove()
+
+
+def check_head_gradient(module, layer, X):
+    """Raise unless autograd's gradient of the output with respect to the last layer's
+    weight and bias is the one of f = W φ + b with φ free of them (R ⊗ φ and R for row
+    weights R): a weight also read elsewhere (``F.linear(x, head.weight.T)`` in the body)
+    has more to its gradient, and the last-layer LA would silently miss it."""
+    inputs = []
+    params = [p for p in (layer.weight, layer.bias) if p is not None and p.requires_grad]
+    handle = layer.register_forward_hook(lambda m, inp, out: inputs.append(inp[0].detach()))
+    try:
+        with _FUNCTIONAL_CALL_LOCK, torch.enable_grad():
+            out = module(X).reshape(-1, layer.out_features)
+            R = torch.rand(out.shape, generator=torch.Generator().manual_seed(0),
+                           dtype=torch.float64).to(out) + 0.5
+            grads = torch.autograd.grad((out * R).sum(), params, allow_unused=True,
+                                        materialize_grads=True)
+    finally:
+        handle.remove()
+    phi = inputs[-1].reshape(-1, layer.in_features)
+    expected = [(R.T @ phi, R.abs().T @ phi.abs()), (R.sum(0), R.abs().sum(0))]
+    for actual, (value, scale) in zip(grads, expected):
+        tol = 1e3 * torch.finfo(value.dtype).eps * float(scale.max()) + 1e-30
+        if float((actual - value).abs().max()) > tol:
+            raise ValueError(
+                "subset_of_weights='last_layer': the weights of the last nn.Linear layer are "
+                "also read outside it (for instance F.linear(x, layer.weight.T) in the body), "
+                "so the features depend on them; the last-layer LA needs f = W φ(x) + b with "
+                "φ free of W and b. Use subset_of_weights='all' or 'subnetwork'.")
 
 
 def _layer_input(module, layer_name, X):
@@ -459,13 +488,18 @@ class LastLayer:
         self.body = feature_body(module, self.layer_name)
         layer = self.layer = module.get_submodule(self.layer_name)
         prefix = f"{self.layer_name}." if self.layer_name else ""
-        if not layer.weight.requires_grad or shared_parameters(module) and any(
+        all_names = [k for k, _ in named_params(module)]
+        own_bias = (layer.bias is None or not layer.bias.requires_grad
+                    or prefix + "bias" in all_names)
+        if prefix + "weight" not in all_names or not own_bias or shared_parameters(module) and any(
                 k.startswith(prefix) for k in shared_parameters(module)):
             raise ValueError(
                 f"subset_of_weights='last_layer': the weight of the last layer "
-                f"{self.layer_name!r} is frozen (requires_grad=False) or tied to another "
-                "module. Use subset_of_weights='all' or 'subnetwork'.")
-        all_names = [k for k, _ in named_params(module)]
+                f"{self.layer_name!r} is not a trainable parameter of its own: frozen "
+                "(requires_grad=False), tied to another module, or computed (a "
+                "parametrization such as weight_norm). Use subset_of_weights='all' or "
+                "'subnetwork'.")
+        check_head_gradient(module, layer, X[:256])
         self.has_bias = layer.bias is not None and layer.bias.requires_grad
         # a frozen bias is a constant of the output, not a weight of the LA
         self.const_bias = (None if layer.bias is None or self.has_bias else
