@@ -464,7 +464,8 @@ class AllWeights:
         if missing:
             raise ValueError(
                 "hessian_structure='kron' computes its own Kronecker factors for "
-                f"nn.Linear layers only; parameters {missing} are not in one."
+                f"nn.Linear layers with a trainable weight only; parameters {missing} are "
+                "not in one (outside nn.Linear, or the bias of a layer whose weight is frozen)."
             )
         return layers
 
