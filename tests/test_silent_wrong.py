@@ -657,3 +657,36 @@ def test_two_output_binary_net_gets_the_binary_probit():
     z = np.random.RandomState(1).randn(400_000)
     exact = np.array([expit(a + np.sqrt(b) * z).mean() for a, b in zip(m, v)])
     assert np.abs(c2.predict_proba(X_test)[:, 1] - exact).max() < 0.015
+
+
+def test_threads_predicting_with_a_last_layer_net_put_back_in_train_mode():
+    # a thread that saw another's eval window ran the body as that one restored train mode:
+    # 197 of 200 results differed and BatchNorm's running means were overwritten
+    rng = np.random.RandomState(0)
+    X = rng.randn(200, 3)
+    y = (X[:, 0] + X[:, 1] > 0).astype(int) + (X[:, 2] > 1)
+    module = nn.Sequential(nn.Linear(3, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 3))
+    torch.manual_seed(0)
+    net = NeuralNetClassifier(module, criterion=nn.CrossEntropyLoss, max_epochs=5,
+                              train_split=None, verbose=0).fit(X.astype(np.float32), y)
+    est = LaplaceClassifier(FrozenEstimator(net), subset_of_weights="last_layer",
+                            hessian_structure="full", hyperparameter_tuning="evidence").fit(X, y)
+    X_test = rng.randn(64, 3)
+    net.module_.train()  # the user's code toggles the module back to train mode
+    expected = est.predict_proba(X_test)
+    running_mean = module[1].running_mean.clone()
+    n_threads, results = 6, []
+    barrier = threading.Barrier(n_threads)
+
+    def work():
+        for _ in range(15):
+            barrier.wait()
+            results.append(est.predict_proba(X_test))
+
+    threads = [threading.Thread(target=work) for _ in range(n_threads)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(np.array_equal(p, expected) for p in results)
+    assert torch.equal(module[1].running_mean, running_mean) and module.training

@@ -522,18 +522,21 @@ class LastLayer:
         )
 
     def native_features(self, X):
-        """Penultimate features φ(X) as the module computes them (its device and dtype)."""
-        if not self.module.training:  # the estimators leave their net in eval mode
-            return self._eval_features(X)
-        # put back in train mode by the user since: eval mode for the features (dropout,
-        # batch norm), restored after; the switch holds the lock that other mode-changing
-        # calls take
+        """Penultimate features φ(X) as the module computes them (its device and dtype).
+
+        A net put back in train mode by the user since fit is read in eval mode (dropout,
+        batch norm) and restored after. Mode and forward pass are read under one lock:
+        a thread that saw another's eval window unlocked would run on as that one restores
+        train mode (batch statistics, running means overwritten)."""
         with _FUNCTIONAL_CALL_LOCK:
-            self.module.eval()
+            training = self.module.training
+            if training:
+                self.module.eval()
             try:
                 return self._eval_features(X)
             finally:
-                self.module.train()
+                if training:
+                    self.module.train()
 
     def _eval_features(self, X):
         with torch.no_grad():
