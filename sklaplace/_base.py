@@ -407,6 +407,8 @@ class BaseLaplace(BaseEstimator):
                                      self.max_epochs, self.lr, self.batch_size, self.verbose,
                                      device=self.device),
                     None, None)
+        from skorch import NeuralNet
+
         if isinstance(net, FrozenEstimator):
             inner = net.estimator
             if isinstance(inner, BaseLaplace):
@@ -414,20 +416,32 @@ class BaseLaplace(BaseEstimator):
                     f"net=FrozenEstimator(...) needs a trained skorch net; got a "
                     f"{type(inner).__name__}. To reuse the net a fitted one trained, pass "
                     "FrozenEstimator(estimator.net_).")
+            settings = nets.criterion_settings(inner) if isinstance(inner, NeuralNet) else []
+            if settings:
+                warnings.warn(
+                    f"The frozen net's criterion settings {settings} are not part of the "
+                    "LA's likelihood, which is that of the criterion's class; weigh classes "
+                    "or rows with class_weight or sample_weight on the estimator.",
+                    UserWarning)
             if not getattr(inner, "initialized_", False):
                 raise ValueError(
                     "net=FrozenEstimator(...) needs an initialized, trained skorch net; got an "
                     f"uninitialized {type(inner).__name__}. Fit it first."
                 )
             return None, inner, nets.likelihood_of(inner)
-        from skorch import NeuralNet
-
         if not isinstance(net, NeuralNet):
             raise ValueError(
                 "net must be None, a skorch NeuralNet (NeuralNetClassifier, NeuralNetRegressor, "
                 f"...) or sklearn.frozen.FrozenEstimator(trained_net); got {type(net).__name__}."
             )
         likelihood = nets.likelihood_of(net)
+        settings = nets.criterion_settings(net)
+        if settings:
+            raise ValueError(
+                f"The net's criterion settings {settings} would be ignored: sklaplace trains "
+                "with its own loss (the likelihood of the criterion's class plus the prior) and "
+                "fits the LA on that likelihood. Weigh classes or rows with class_weight or "
+                "sample_weight on the estimator instead.")
         nets.check_no_weight_decay(net)
         nets.check_device(net)
         if str(torch.device(self.device)) != "cpu" and str(torch.device(self.device)) != str(
@@ -595,7 +609,7 @@ class BaseLaplace(BaseEstimator):
             subset = AllWeights(module)
         elif kind == "last_layer":
             try:
-                subset = LastLayer(self.net_.module_, X)
+                subset = LastLayer(self._last_layer_module(), X)
             except ValueError:  # a head the last-layer LA cannot read: "auto" takes all weights
                 if self.subset_of_weights != "auto":
                     raise
@@ -609,6 +623,13 @@ class BaseLaplace(BaseEstimator):
         if self.hessian_structure == "auto":
             structure = self._kron_or_diag(structure, tensor_sizes(self.net_.module_))
         return subset, kind, structure
+
+    def _last_layer_module(self):
+        """The module the last-layer LA reads: a copy of a frozen net (the user's own, which
+        the user may train on; the fitted LA keeps the weights it was fitted on, as the
+        all-weights LA does on its float64 copy), the trained ``net_``'s module otherwise."""
+        module = self.net_.module_
+        return copy.deepcopy(module).eval() if isinstance(self.net, FrozenEstimator) else module
 
     def _kron_or_diag(self, structure, sizes):
         """An "auto" structure the settings support: the diagonal instead of kron under

@@ -41,8 +41,11 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         The network. ``None`` builds a tanh MLP sized from the data
         (``hidden_layer_sizes``, trained with Adam). A skorch net (criterion
         ``CrossEntropyLoss`` or ``BCEWithLogitsLoss``) is copied and trained to
-        the MAP inside ``fit`` (``self.net`` is never mutated);
-        ``FrozenEstimator(trained_net)`` keeps its weights and fits only the LA.
+        the MAP inside ``fit`` (``self.net`` is never mutated); settings of its
+        criterion that change the likelihood (``criterion__weight``,
+        ``label_smoothing``) are refused: use ``class_weight`` or
+        ``sample_weight``. ``FrozenEstimator(trained_net)`` keeps its weights and
+        fits only the LA.
     hidden_layer_sizes : tuple of int, default=(50,)
         Hidden widths of the default MLP (``net=None`` only).
     max_epochs : int, default=200

@@ -621,17 +621,27 @@ class LogitGaussianPrediction:
     def mutual_information(self):
         """Epistemic uncertainty ``H[E p] - E[H p]``; shape (n,).
 
-        Both terms come from the same draws of the logits, whatever ``link`` is:
-        ``logit_samples`` when given, else ``n_samples`` Monte Carlo draws from
-        ``seed`` shared by all rows, so the estimate is never negative (Jensen).
-        Taking ``H[E p]`` from the probit or bridge approximation instead leaves
-        a difference smaller than that approximation's error.
+        With the probit or Monte Carlo link both terms come from the same draws of
+        the logits: ``logit_samples`` when given, else ``n_samples`` Monte Carlo
+        draws from ``seed`` shared by all rows, so the estimate is never negative
+        (Jensen). Taking ``H[E p]`` from the probit instead would leave a difference
+        smaller than that approximation's error. With the bridge both come from its
+        Dirichlet, in closed form (``E[H p] = ψ(α₀ + 1) − Σ_k (α_k / α₀) ψ(α_k + 1)``),
+        so that ``entropy() − mutual_information()``, the expected entropy, is never
+        negative (the draws' MI could exceed the entropy of the bridge's mean, which
+        for two classes is the MAP probability).
 
         Returns
         -------
         mutual_information : ndarray of shape (n_samples,)
             Mutual information in nats between the label and the logits.
         """
+        if self.link == "bridge" and self.logit_samples is None:
+            alpha = self.dirichlet().alpha
+            a0 = alpha.sum(axis=1)
+            mean = alpha / a0[:, None]
+            expected = digamma(a0 + 1.0) - (mean * digamma(alpha + 1.0)).sum(axis=1)
+            return np.clip(_entropy(mean) - expected, 0.0, None)
         proba = self._sample_proba()
         return np.maximum(_entropy(proba.mean(axis=1)) - _entropy(proba).mean(axis=1), 0.0)
 

@@ -433,3 +433,30 @@ def test_gp_subset_is_drawn_from_rows_of_positive_weight():
     kept = LaplaceRegressor(**params).fit(X[::4], Y[::4])
     np.testing.assert_allclose(weighted.predict(X, return_std=True),
                                kept.predict(X, return_std=True), rtol=1e-12)
+
+
+@pytest.mark.parametrize("settings", [dict(criterion__weight=torch.tensor([1.0, 20.0, 1.0])),
+                                      dict(criterion__label_smoothing=0.4)])
+def test_criterion_settings_are_refused_not_ignored(settings):
+    # class weights or label smoothing on the net's criterion vanished without a word
+    X, y = _data()
+    net = NeuralNetClassifier(InplaceReluAfterBatchNorm, criterion=nn.CrossEntropyLoss,
+                              max_epochs=2, train_split=None, verbose=0, **settings)
+    with pytest.raises(ValueError, match="criterion settings.*class_weight or sample_weight"):
+        LaplaceClassifier(net).fit(X, y)
+    trained = _trained(InplaceReluAfterBatchNorm, X, y, **settings)
+    with pytest.warns(UserWarning, match="criterion settings"):
+        LaplaceClassifier(FrozenEstimator(trained), hyperparameter_tuning=None).fit(X, y)
+
+
+def test_a_fitted_last_layer_la_keeps_the_frozen_net_it_was_fitted_on():
+    # the last-layer LA read the user's live module: training it further in place moved the
+    # fitted LA's predictions by 0.21 (new features, old head posterior)
+    X, y = _data()
+    net = _trained(InplaceReluAfterBatchNorm, X, y)
+    est = LaplaceClassifier(FrozenEstimator(net), subset_of_weights="last_layer",
+                            hessian_structure="full", hyperparameter_tuning=None).fit(X, y)
+    before = est.predict_proba(X)
+    net.partial_fit(X, y)
+    net.partial_fit(X, y)
+    np.testing.assert_array_equal(est.predict_proba(X), before)

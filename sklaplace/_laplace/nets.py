@@ -131,6 +131,24 @@ def likelihood_of(net):
     )
 
 
+def criterion_settings(net):
+    """Settings of the net's criterion that change its likelihood (class ``weight``,
+    ``pos_weight``, ``label_smoothing``, ...): sklaplace's loss and curvature use the
+    criterion's class alone, so these would be ignored. ``reduction`` is harmless."""
+    crit = net.criterion
+    cls = crit if isinstance(crit, type) else type(crit)
+    if cls is MAPLoss:
+        return []
+    found = [k for k in net.get_params() if k.startswith("criterion__")
+             and k != "criterion__reduction"]
+    if not isinstance(crit, type):  # an instance: its own tensors and options
+        found += [f"{name}" for name in ("weight", "pos_weight")
+                  if getattr(crit, name, None) is not None]
+        if getattr(crit, "label_smoothing", 0.0):
+            found.append("label_smoothing")
+    return found
+
+
 def check_no_weight_decay(net):
     """Refuse a non-zero optimizer weight decay: sklaplace adds the prior itself."""
     params = net.get_params()
