@@ -13,6 +13,7 @@ weights see a 0-d tensor (scalar) or one value per Laplace weight.
 import copy
 import functools
 import numbers
+import pickle
 import threading
 import time
 import warnings
@@ -546,15 +547,23 @@ class BaseLaplace(BaseEstimator):
         online = self.hyperparameter_tuning_ == "online"
         train = check_memory(self.memory).cache(nets.train_map)
         weighted = {} if sample_weight is None else {"sample_weight": sample_weight}
-        self.net_ = train(
-            clone(net), X, y_model, likelihood=self._likelihood.name,
-            default_dtype=str(torch.get_default_dtype()),  # in the memory cache's key
-            temperature=self.temperature,
-            sigma_noise=np.asarray(sigma0, dtype=float),
-            prior_precision=self._training_prior(sizes), seed=seed,
-            callbacks=self._online_callbacks(sizes, y_model, sample_weight) if online else (),
-            **weighted,
-        )
+        try:
+            self.net_ = train(
+                clone(net), X, y_model, likelihood=self._likelihood.name,
+                default_dtype=str(torch.get_default_dtype()),  # in the memory cache's key
+                temperature=self.temperature,
+                sigma_noise=np.asarray(sigma0, dtype=float),
+                prior_precision=self._training_prior(sizes), seed=seed,
+                callbacks=self._online_callbacks(sizes, y_model, sample_weight) if online else (),
+                **weighted,
+            )
+        except pickle.PicklingError as error:
+            if self.memory is None:
+                raise
+            raise ValueError(
+                "memory= keys the MAP training on a hash of its arguments, and the net's "
+                f"parameters cannot be pickled ({error.args[0]}). Use memory=None, or module "
+                "parameters that pickle (no lambdas or local functions).") from error
         self.net_.module_.eval()  # inference mode from here on, as skorch's predict leaves it
 
     def _training_prior(self, sizes):

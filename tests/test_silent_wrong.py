@@ -614,6 +614,27 @@ def test_memory_cache_keys_on_the_default_dtype(tmp_path):
     np.testing.assert_array_equal(cached.predict_proba(X), plain.predict_proba(X))
 
 
+class _ActNet(nn.Module):
+    def __init__(self, act=torch.tanh):
+        super().__init__()
+        self.hidden, self.out, self.act = nn.Linear(3, 4), nn.Linear(4, 1), act
+
+    def forward(self, x):
+        return self.out(self.act(self.hidden(x)))
+
+
+def test_memory_with_a_net_whose_parameters_do_not_pickle_names_memory(tmp_path):
+    # joblib's PicklingError while hashing named neither memory= nor a way out
+    rng = np.random.RandomState(0)
+    X = rng.randn(40, 3).astype(np.float32)
+    y = X[:, 0] + 0.1 * rng.randn(40)
+    net = NeuralNetRegressor(_ActNet, module__act=lambda h: torch.tanh(h), max_epochs=2,
+                             train_split=None, verbose=0)
+    LaplaceRegressor(net, hyperparameter_tuning="evidence").fit(X, y)  # no memory: fine
+    with pytest.raises(ValueError, match="memory=None"):
+        LaplaceRegressor(net, memory=str(tmp_path), hyperparameter_tuning="evidence").fit(X, y)
+
+
 def test_the_net_of_an_online_fit_can_be_cloned():
     # the online callback kept its best update in a public-looking attribute that skorch's
     # get_params listed, so clone(net_) raised
