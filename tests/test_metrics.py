@@ -502,3 +502,12 @@ def test_rows_that_do_not_sum_to_one_are_refused(metric):
     # the binned metrics returned an ECE of 0.4 for these rows without a word
     with pytest.raises(ValueError, match="y_prob rows must sum to 1.*row 0 sums to 1.8"):
         metric([0, 1], [[0.9, 0.9], [0.2, 0.8]])
+
+
+def test_float32_probabilities_cast_to_float64_are_accepted():
+    # the sum-to-one check refused them (rows sum to 1 within float32's rounding only)
+    logits = np.random.RandomState(0).randn(1000, 10).astype(np.float32)
+    proba = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    y = proba.argmax(1)
+    assert expected_calibration_error(y, proba.astype(np.float64)) == pytest.approx(
+        expected_calibration_error(y, proba), abs=1e-6)

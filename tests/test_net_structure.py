@@ -447,6 +447,10 @@ def test_criterion_settings_are_refused_not_ignored(settings):
     trained = _trained(InplaceReluAfterBatchNorm, X, y, **settings)
     with pytest.warns(UserWarning, match="criterion settings"):
         LaplaceClassifier(FrozenEstimator(trained), hyperparameter_tuning=None).fit(X, y)
+    # the defaults change nothing and pass (a grid over criterion__weight has None in it)
+    harmless = dict(criterion__weight=None, criterion__label_smoothing=0.0,
+                    criterion__ignore_index=-100, criterion__reduction="sum")
+    LaplaceClassifier(net.set_params(**harmless)).fit(X, y)
 
 
 def test_a_fitted_last_layer_la_keeps_the_frozen_net_it_was_fitted_on():

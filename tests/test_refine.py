@@ -7,6 +7,8 @@ move an LA that already sits at the mode.  On a net with a hidden layer the
 refined Gaussian must improve the GLM's objective.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -182,6 +184,28 @@ def test_laplace_refinement_is_exact_for_outputs_in_very_different_units():
         mean = Xt @ (cov @ Xb.T @ Y[:, c]) / sigma[c] ** 2
         f_std = np.sqrt(np.einsum("np,pq,nq->n", Xt, cov, Xt))
         np.testing.assert_allclose((dist.mean[:, c] - mean) / f_std, 0, atol=1e-8)
+
+
+def test_glm_mode_does_not_call_a_nan_gradient_converged():
+    # "no positive gradient" read a NaN gradient as the mode: the start came back as converged
+    import types
+
+    torch.manual_seed(0)
+    X = torch.randn(50, 3, dtype=torch.float64)
+    y = X @ torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    y[3] = float("nan")
+    glm = types.SimpleNamespace(
+        P=3, device=torch.device("cpu"), s=1.0, w=torch.ones(50, dtype=torch.float64),
+        outputs=lambda theta: (X @ theta)[:, None],
+        residual=lambda f: f - y[:, None], pull_back=lambda r: X.T @ r[:, 0],
+        data_term=lambda f: float(0.5 * ((f[:, 0] - y) ** 2).sum()),
+        factors=lambda f: torch.ones(50, 1, 1, dtype=torch.float64),
+        jac=types.SimpleNamespace(matvec=lambda v: (X @ v)[:, None]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, _, converged = refine_module.glm_mode(glm, torch.tensor(1.0, dtype=torch.float64),
+                                                 torch.zeros(3, dtype=torch.float64))
+    assert not converged
 
 
 def test_vi_of_softmax_regression_is_near_the_exact_fixed_point():

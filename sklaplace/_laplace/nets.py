@@ -139,8 +139,17 @@ def criterion_settings(net):
     cls = crit if isinstance(crit, type) else type(crit)
     if cls is MAPLoss:
         return []
-    found = [k for k in net.get_params() if k.startswith("criterion__")
-             and k != "criterion__reduction"]
+    defaults = inspect.signature(cls).parameters
+    found = []
+    for key, value in net.get_params().items():
+        name = key[len("criterion__"):]
+        if not key.startswith("criterion__") or name in ("reduction", "ignore_index"):
+            continue  # the loss is summed; the encoded labels are 0 .. C - 1
+        default = defaults[name].default if name in defaults else inspect.Parameter.empty
+        if value is None or (not torch.is_tensor(value) and default is not inspect.Parameter.empty
+                             and value == default):
+            continue
+        found.append(key)
     if not isinstance(crit, type):  # an instance: its own tensors and options
         found += [f"{name}" for name in ("weight", "pos_weight")
                   if getattr(crit, name, None) is not None]

@@ -403,7 +403,7 @@ def glm_mode(glm, delta, start):
     for _ in range(MODE_NEWTON_STEPS):
         f = glm.outputs(theta)
         grad = gradient(theta, f)
-        if not float(grad.abs().max()) > 0:
+        if float(grad.abs().max()) == 0:
             return theta, n_iter, True
         F = glm.factors(f) * (glm.s * glm.w).sqrt()[:, None, None]
 
