@@ -620,10 +620,9 @@ class BaseLaplace(BaseEstimator):
             try:
                 subset = LastLayer(self._last_layer_module(), X)
             except ValueError:  # a head the last-layer LA cannot read: "auto" takes all weights
-                if self.subset_of_weights != "auto":
+                if self.subset_of_weights != "auto" or self.hessian_structure != "auto":
                     raise
-                kind, subset = "all", AllWeights(module)
-                structure = "diag" if self.hessian_structure == "auto" else structure
+                kind, subset, structure = "all", AllWeights(module), "diag"
         else:
             subset = Subnetwork(module, self._subnetwork_indices(module, X, y, out_scale, weight))
         if structure == "auto":

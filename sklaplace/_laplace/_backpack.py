@@ -123,6 +123,8 @@ def _chunk_results(prepared, X, extension, chunk):
                     return
                 with backpack(extension):
                     loss_fn(f, target(f)).backward()
+            except torch.OutOfMemoryError:
+                raise
             except _UNSUPPORTED:
                 return
         values = [getattr(p, extension.savefield, None) for p in params]
