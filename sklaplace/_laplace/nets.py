@@ -146,8 +146,8 @@ def criterion_settings(net):
         if not key.startswith("criterion__") or name in ("reduction", "ignore_index"):
             continue  # the loss is summed; the encoded labels are 0 .. C - 1
         default = defaults[name].default if name in defaults else inspect.Parameter.empty
-        if value is None or (not torch.is_tensor(value) and default is not inspect.Parameter.empty
-                             and value == default):
+        scalar = isinstance(value, (bool, int, float, str))
+        if value is None or (scalar and value == default):
             continue
         found.append(key)
     if not isinstance(crit, type):  # an instance: its own tensors and options
