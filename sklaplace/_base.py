@@ -642,10 +642,14 @@ class BaseLaplace(BaseEstimator):
     def _kron_or_diag(self, structure, sizes):
         """An "auto" structure the settings support: the diagonal instead of kron under
         ``refine`` or a prior that varies within a weight tensor (``sizes``: the net's)."""
-        if structure == "kron" and (self.refine is not None or self.prior_structure == "diag"
-                                    or not constant_per_tensor(self.prior_precision, sizes)):
+        if structure == "kron" and (self.refine is not None or not self._kron_holds_prior(sizes)):
             return "diag"
         return structure
+
+    def _kron_holds_prior(self, sizes):
+        """Whether the prior is one value per weight tensor, as Kronecker factors need
+        (``sizes``: the net's tensor sizes, or the module)."""
+        return self.prior_structure != "diag" and constant_per_tensor(self.prior_precision, sizes)
 
     def _subnetwork_indices(self, module, X, y, out_scale, weight=None):
         """Indices of the S weights of largest marginal variance under a diagonal LA."""
@@ -689,8 +693,7 @@ class BaseLaplace(BaseEstimator):
         out_scale = (1.0 / sigma_init if vector_sigma
                      else torch.ones(n_out, dtype=torch.float64)).to(device)
         subset, kind, structure = self._resolve_subset(module, Xt, yt, out_scale, n_out, wt)
-        if structure == "kron" and (self.prior_structure == "diag" or not constant_per_tensor(
-                self.prior_precision, self.net_.module_)):
+        if structure == "kron" and not self._kron_holds_prior(self.net_.module_):
             raise ValueError(
                 "hessian_structure='kron' needs one prior precision per weight or bias tensor: "
                 "use prior_structure 'scalar' or 'layerwise' and a prior_precision that is a "

@@ -15,7 +15,7 @@ from ._laplace import continual
 from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
                     keeps_state_on_failure, validate_numeric, without_zero_weights)
 from .distributions import (LogitGaussianPrediction, binary_probit_proba, centered_logit_var,
-                            probit_proba)
+                            _difference_probit_proba, probit_proba)
 
 #: The link approximations of the GLM predictive's class probabilities.
 LINKS = ("probit", "bridge", "mc")
@@ -528,9 +528,8 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             mean, cov = mean.cpu().numpy(), cov.cpu().numpy()
             if self._likelihood.single_logit:
                 return binary_probit_proba(mean[:, 0], np.maximum(cov[:, 0, 0], 0.0))
-            if mean.shape[1] == 2:  # softmax of two logits: the sigmoid of f1 − f0
-                var = cov[:, 0, 0] + cov[:, 1, 1] - 2.0 * cov[:, 0, 1]
-                return binary_probit_proba(mean[:, 1] - mean[:, 0], np.maximum(var, 0.0))
+            if mean.shape[1] == 2:
+                return _difference_probit_proba(mean, cov)
             return probit_proba(mean, centered_logit_var(cov))
         return self._logit_dist(mean, cov, self.link_approx).proba()
 

@@ -120,6 +120,13 @@ def centered_logit_var(logit_cov):
     return np.maximum(diag - 2.0 * row / n_classes + total / n_classes**2, 0.0)
 
 
+def _difference_probit_proba(logit_mean, logit_cov):
+    """:func:`binary_probit_proba` of f1 − f0 for two logits (their softmax is the sigmoid
+    of that difference); shape (n_samples, 2)."""
+    var = logit_cov[:, 0, 0] + logit_cov[:, 1, 1] - 2.0 * logit_cov[:, 0, 1]
+    return binary_probit_proba(logit_mean[:, 1] - logit_mean[:, 0], np.maximum(var, 0.0))
+
+
 def binary_probit_proba(f_mean, f_var):
     """Probit approximation for a single Bernoulli logit.
 
@@ -594,11 +601,8 @@ class LogitGaussianPrediction:
             Predictive probability of each class.
         """
         if self.link == "probit":
-            if self.single_logit or self.logit_mean.shape[-1] == 2:  # the binary probit of f1 − f0
-                cov = self.logit_cov
-                f = self.logit_mean[:, 1] - self.logit_mean[:, 0]
-                v = cov[:, 1, 1] + cov[:, 0, 0] - 2.0 * cov[:, 0, 1]
-                return binary_probit_proba(f, np.maximum(v, 0.0))
+            if self.single_logit or self.logit_mean.shape[-1] == 2:
+                return _difference_probit_proba(self.logit_mean, self.logit_cov)
             return probit_proba(self.logit_mean, centered_logit_var(self.logit_cov))
         if self.link == "bridge":
             return self.dirichlet().mean

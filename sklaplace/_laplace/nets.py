@@ -151,7 +151,7 @@ def criterion_settings(net):
             continue
         found.append(key)
     if not isinstance(crit, type):  # an instance: its own tensors and options
-        found += [f"{name}" for name in ("weight", "pos_weight")
+        found += [name for name in ("weight", "pos_weight")
                   if getattr(crit, name, None) is not None]
         if getattr(crit, "label_smoothing", 0.0):
             found.append("label_smoothing")
