@@ -14,8 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._laplace import continual
 from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
                     keeps_state_on_failure, validate_numeric, without_zero_weights)
-from .distributions import (LogitGaussianPrediction, binary_probit_proba, centered_logit_var,
-                            _difference_probit_proba, probit_proba)
+from .distributions import LogitGaussianPrediction, binary_probit_proba, probit_link
 
 #: The link approximations of the GLM predictive's class probabilities.
 LINKS = ("probit", "bridge", "mc")
@@ -528,9 +527,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             mean, cov = mean.cpu().numpy(), cov.cpu().numpy()
             if self._likelihood.single_logit:
                 return binary_probit_proba(mean[:, 0], np.maximum(cov[:, 0, 0], 0.0))
-            if mean.shape[1] == 2:
-                return _difference_probit_proba(mean, cov)
-            return probit_proba(mean, centered_logit_var(cov))
+            return probit_link(mean, cov)
         return self._logit_dist(mean, cov, self.link_approx).proba()
 
     def _held_out_nll(self, f, cov, y):

@@ -544,7 +544,10 @@ def evidence_scorer(estimator, X=None, y=None):
     For ``GridSearchCV(est, grid, scoring=evidence_scorer)``. It returns
     ``estimator.log_evidence_`` (of the last step for a Pipeline) and ignores ``X`` and
     ``y``: it scores the *training* fit of each fold, not the held-out fold, so the
-    "test" scores of the search are evidences of the training folds.
+    "test" scores of the search are evidences of the training folds. For a classifier
+    whose prior precision was chosen by held-out NLL (``hyperparameter_tuning_ ==
+    "cv"``) it is the evidence at the evidence's own optimum δ, so that it compares
+    models rather than priors; a regressor tuned that way is refused.
 
     Parameters
     ----------
@@ -561,7 +564,8 @@ def evidence_scorer(estimator, X=None, y=None):
     Raises
     ------
     ValueError
-        If the estimator (the last step of a Pipeline) has no ``log_evidence_``.
+        If the estimator (the last step of a Pipeline) has no ``log_evidence_``, or is a
+        regressor whose δ and σ were chosen by held-out NLL.
     """
     est = _last_step(estimator)
     if not hasattr(est, "log_evidence_"):
@@ -569,4 +573,4 @@ def evidence_scorer(estimator, X=None, y=None):
             f"{type(est).__name__} has no log_evidence_; evidence_scorer needs a fitted "
             "Laplace estimator."
         )
-    return float(est.log_evidence_)
+    return est._log_evidence_for_selection()

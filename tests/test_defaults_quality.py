@@ -40,10 +40,10 @@ def test_default_classifier_is_no_worse_than_its_map(loader):
     assert est.hyperparameter_tuning_ == "cv"
     la = log_loss(yte, est.predict_proba(Xte))
     map_ = log_loss(yte, _map_proba(est, Xte))
-    # Where the posterior cannot improve on a calibrated MAP (both sets at 40 epochs: the
-    # held-out choice is the largest δ), the LA stays at the MAP instead of losing to it
-    # (old default on the scoreboard: 1.6× / 2.9× the MAP's NLL). 0.1 % covers the tie.
-    assert la <= 1.001 * map_
+    # The held-out choice keeps the broadest posterior the held-out rows cannot reject
+    # (issue #32), at a cost within the issue's bound (the default of issue #16 was 1.6× /
+    # 2.9× the MAP's NLL on the scoreboard).
+    assert la <= map_ + max(0.01, 0.03 * map_)
 
 
 def test_default_regressor_beats_its_map_and_is_unit_free():

@@ -9,7 +9,8 @@ from sklearn.frozen import FrozenEstimator
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
 from sklaplace.distributions import LogitGaussianPrediction, centered_logit_var, probit_proba
-from sklaplace._laplace.holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_split,
+from sklaplace._laplace.holdout import (LOG10_PRIOR_GRID, MAX_HELD_OUT_COST,
+                                        one_standard_error_choice, validation_split,
                                         variance_path)
 
 FAST = dict(hidden_layer_sizes=(8,), max_epochs=20, random_state=0)
@@ -82,11 +83,30 @@ def test_cv_picks_the_grid_prior_of_smallest_held_out_nll_and_refits():
     assert est.log_evidence_ == pytest.approx(full.log_evidence_, rel=1e-10)
 
 
-def test_cv_refit_trains_on_all_rows():
+def test_cv_refit_continues_the_held_out_pass_training_on_all_rows(monkeypatch):
+    from sklaplace._laplace import nets
+
+    calls = []
+    train_map = nets.train_map
+
+    def spy(net, X, y, **kwargs):
+        init = kwargs.get("init_module")
+        calls.append((len(X), None if init is None else
+                      [p.detach().clone() for p in init.parameters()]))
+        out = train_map(net, X, y, **kwargs)
+        calls[-1] += ([p.detach().clone() for p in out.module_.parameters()],)
+        return out
+
+    monkeypatch.setattr(nets, "train_map", spy)
     X, y = _clf_data(n=100)
     est = LaplaceClassifier(hyperparameter_tuning="cv", **FAST).fit(X, y)
-    plain = LaplaceClassifier(hyperparameter_tuning=None, **FAST).fit(X, y)
-    for a, b in zip(est.net_.module_.parameters(), plain.net_.module_.parameters()):
+    (n_fit, init_fit, trained_fit), (n_all, init_all, trained_all) = calls
+    assert n_fit == 100 - int(np.ceil(est.validation_fraction * 100)) and init_fit is None
+    # one training: the refit starts where the held-out pass ended, on all rows
+    assert n_all == 100
+    for a, b in zip(init_all, trained_fit):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(est.net_.module_.parameters(), trained_all):
         torch.testing.assert_close(a, b)
 
 
@@ -150,18 +170,23 @@ def test_centered_probit_ignores_a_common_shift_of_the_logits():
     np.testing.assert_allclose(var, np.diagonal(P @ cov @ P, axis1=1, axis2=2), rtol=1e-12)
 
 
-def test_one_standard_error_rule_prefers_the_larger_prior_among_near_ties():
+def test_one_standard_error_rule_prefers_the_broader_posterior_among_near_ties():
     rng = np.random.RandomState(0)
     base = rng.exponential(size=200)
-    # grid ascending in δ: index 1 is best by a hair, index 2 within noise, index 3 clearly worse
+    # grid ascending in δ: index 1 is best by a hair, index 0 (broader) within noise and
+    # within MAX_HELD_OUT_COST, index 2 clearly worse
     noise = 0.01 * rng.randn(200)
     noise -= noise.mean() - 0.2 * noise.std() / np.sqrt(200)  # worse by 0.2 standard errors
-    losses = np.stack([base + 0.5, base, base + noise, base + 0.2])
-    assert one_standard_error_choice(losses) == 2
+    losses = np.stack([base + noise, base, base + 0.2])
+    assert one_standard_error_choice(losses) == 0
     # a clear winner stays
     losses = np.stack([base + 0.5, base, base + 0.1, base + 0.2])
     assert one_standard_error_choice(losses) == 1
     assert one_standard_error_choice(np.stack([base + 1, base + 2])) == 0
+    # within one standard error but above MAX_HELD_OUT_COST: rejected
+    wide = 0.5 * rng.randn(200)
+    wide += MAX_HELD_OUT_COST * 1.5 - wide.mean()
+    assert one_standard_error_choice(np.stack([base + wide, base])) == 1
 
 
 def test_auto_holds_out_only_when_enough_rows():

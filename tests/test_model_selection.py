@@ -58,7 +58,7 @@ def test_evidence_scorer_selects_by_training_evidence(iris):
                           scoring=evidence_scorer, cv=2).fit(X, y)
     scores = search.cv_results_["mean_test_score"]
     assert np.all(np.isfinite(scores)) and np.all(scores < 0)
-    est = LaplaceClassifier(**FAST).fit(X, y)
+    est = LaplaceClassifier(hyperparameter_tuning="evidence", **FAST).fit(X, y)
     assert evidence_scorer(est, X, y) == est.log_evidence_
 
 

@@ -5,10 +5,13 @@ the rows; the prior precision δ (and σ for regression) are the values whose GL
 predictive has the smallest negative log-likelihood on the held-out rest.
 
 The choice follows the one-standard-error rule (Breiman et al. 1984), paired and
-towards the MAP: the largest δ whose mean held-out NLL exceeds the smallest by at
-most one standard error of the per-row differences. A held-out set of a few dozen
-rows cannot tell near-ties apart, and a broader posterior than the data support
-costs more than a slightly narrower one (the scoreboard in the README).
+towards the broad side: the smallest δ (the widest posterior) whose mean held-out
+NLL exceeds the smallest by at most one standard error of the per-row differences,
+and by at most ``MAX_HELD_OUT_COST`` = 0.002 nats per row: the held-out minimum with near-ties broken towards the broad side.
+A held-out set of a few dozen rows cannot tell near-ties apart, and among them the
+widest posterior is the one that knows what it does not know: near-ties towards the
+MAP (the largest δ, the rule's earlier direction) collapsed the posterior onto the
+MAP on most sets, so the LA was its plug-in softmax in disguise (issue #32).
 
 The search is a grid over log10 δ: after one pass of Jacobians over the held-out rows,
 every grid point costs O(n·C²·r) for the full and low-rank structures (through
@@ -17,11 +20,17 @@ one (J rotated into the eigenbases once) and one functional variance for the
 diagonal.
 """
 
+import warnings
+
 import numpy as np
 import torch
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 
 from .posterior import EigenPosterior, KronPosterior
+
+#: The most held-out NLL (nats per row) a broader posterior may cost against the best.
+MAX_HELD_OUT_COST = 0.002
 
 #: log10 δ of the grid: the evidence's bounds, quarter-decade steps.
 LOG10_PRIOR_GRID = np.linspace(-4.0, 4.0, 33)
@@ -80,7 +89,7 @@ def variance_path(posterior, J):
 
 
 def one_standard_error_choice(losses, weights=None):
-    """Index into an ascending δ grid by the paired one-standard-error rule.
+    """Index into an ascending δ grid by the paired one-standard-error rule, widest side.
 
     Parameters
     ----------
@@ -93,19 +102,49 @@ def one_standard_error_choice(losses, weights=None):
     Returns
     -------
     index : int
-        The largest grid index whose mean loss exceeds the smallest mean by at most
-        the standard error of the per-row differences to it.
+        The smallest grid index (the broadest posterior) whose mean loss exceeds
+        the smallest mean by at most the standard error of the per-row
+        differences to it (the widest posterior the held-out rows cannot reject),
+        and by at most :data:`MAX_HELD_OUT_COST` nats: a held-out set of a few
+        dozen rows has standard errors of several hundredths of a nat, and a cost
+        the held-out rows call small the test rows can pay several times over
+        (breast cancer, 85 held-out rows, 60 epochs: δ = 3.2 cost 0.002 nats on
+        the held-out rows and 0.012 on the 143 test rows; δ = 10, the held-out
+        minimum, 0.003 on the test rows, with top-label confidence on ×3 inputs
+        0.954 against the MAP's 0.987).
     """
     losses = np.asarray(losses, dtype=float)
     weights = np.ones(losses.shape[1]) if weights is None else np.asarray(weights, dtype=float)
     total = weights.sum()
     means = losses @ weights / total
     best = int(np.argmin(means))
-    for index in range(len(losses) - 1, best, -1):
+    for index in range(best):
         diff = losses[index] - losses[best]
         mean = diff @ weights / total
         # standard error of the mean of the rows duplicated by their weights (Σ w rows)
         se = np.sqrt(weights @ (diff - mean) ** 2 / (total - 1) / total) if total > 1 else 0.0
-        if mean <= se:
+        if mean <= min(se, MAX_HELD_OUT_COST):
             return index
     return best
+
+
+def warn_at_grid_bound(index, grid):
+    """ConvergenceWarning when the held-out choice ``grid[index]`` is an end of its grid.
+
+    At the top the posterior has collapsed onto the MAP (every broader one was
+    rejected by the held-out rows: predictions are the network's own); at the
+    bottom the prior is as weak as the grid allows.
+    """
+    if 0 < index < len(grid) - 1:
+        return
+    if index == len(grid) - 1:
+        what = (f"the largest of its grid (δ ≤ {grid[-1]:.0e}): the held-out rows rejected "
+                "every broader posterior, so the Laplace predictive is the MAP network's own "
+                "(no uncertainty beyond it). The net may be under-regularized for these data "
+                "(raise prior_precision, the weight decay of training, or use "
+                "hyperparameter_tuning='evidence').")
+    else:
+        what = (f"the smallest of its grid (δ ≥ {grid[0]:.0e}): the held-out rows accept "
+                "the broadest posterior searched.")
+    warnings.warn(f"hyperparameter_tuning='cv' chose prior_precision={grid[index]:.3g}, "
+                  + what, ConvergenceWarning)
