@@ -16,11 +16,19 @@ against
 * ``linear``: ``LogisticRegression`` / ``BayesianRidge`` (``return_std``);
 * ``GP`` (regression): ``GaussianProcessRegressor`` with
   ``ConstantKernel * RBF + WhiteKernel`` and ``normalize_y=True``;
-* ``HGB``: ``HistGradientBoostingClassifier`` / ``...Regressor``.
+* ``HGB``: ``HistGradientBoostingClassifier`` / ``...Regressor``;
+* ``ensemble``: five default ``MLPClassifier`` / ``MLPRegressor`` fits with
+  seeds ``seed .. seed + 4``, averaged probabilities or a Gaussian mixture
+  (:mod:`benchmarks.shift`).
 
 Regressors without a predictive std (MLP, HGB) get the std of their training
-residuals.  Every data set is split into random 75/25 train/test partitions
-(stratified for classification), seeded from the data set's name; sets larger
+residuals.  Beside these in-distribution columns, the columns where the data
+change (``--no-shift`` leaves them out; see :mod:`benchmarks.shift`):
+confidence on the test rows' scaled features ×3, unseen-class AUROC (the last
+class left out of training) and extrapolation along the first principal
+component, with the two-sided targets of issue #32.
+
+Every data set is split into random 75/25 train/test partitions (stratified for classification), seeded from the data set's name; sets larger
 than ``--max-rows`` (2,000) are first cut to a seeded random subset of that
 many rows.  Metrics on the test rows: NLL (log loss; Gaussian NLL per row),
 accuracy or RMSE, top-label ECE (10 uniform bins) or the coverage of the
@@ -39,6 +47,7 @@ Example::
 
     python -m benchmarks defaults --datasets iris diabetes --splits 3 \\
         --laplace-params '{"link_approx": "bridge"}' --out /tmp/scoreboard.md
+    python -m benchmarks defaults --from-json a.json b.json --figure /tmp/board
 """
 
 import json
@@ -567,9 +576,13 @@ def _write(args, text, records, warned, header, datasets):
 
 def _from_json(args):
     """The report of saved records: ``--from-json`` (no fitting)."""
-    from .shift import load_json
-
-    records, saved_warnings, headers = load_json(args.from_json)
+    records, saved_warnings, headers = [], [], []
+    for path in args.from_json:
+        with open(path) as fh:
+            saved = json.load(fh)
+        records += saved["records"]
+        saved_warnings += saved.get("warnings", [])
+        headers.append(saved.get("header", ""))
     present = {r["dataset"] for r in records}
     datasets = [d for d in (args.datasets or DATASETS) if d in present]
     records = [r for r in records if r["dataset"] in datasets]

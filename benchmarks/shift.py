@@ -32,7 +32,6 @@ splits.  Records carry ``protocol`` ``"unseen"`` or ``"extrapolation"``;
 :func:`targets` gives the two-sided targets, :func:`figures` one figure per task.
 """
 
-import json
 import time
 import warnings
 
@@ -373,25 +372,6 @@ def targets(agg, datasets):
              ["ensemble"]),
     ]
     return lines
-
-
-def load_json(paths):
-    """Records, warning counts and headers of saved ``--json`` files, merged.
-
-    Returns
-    -------
-    records : list of dict
-    warned : list of (method, text, count)
-    headers : list of str
-    """
-    records, warned, headers = [], [], []
-    for path in paths:
-        with open(path) as fh:
-            saved = json.load(fh)
-        records += saved["records"]
-        warned += [tuple(w) for w in saved.get("warnings", [])]
-        headers.append(saved.get("header", ""))
-    return records, warned, headers
 
 
 # ----------------------------------------------------------------------------- figures
