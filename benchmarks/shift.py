@@ -109,12 +109,14 @@ class MLPEnsembleClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
 
     def fit(self, X, y):
+        """Fit the members, seeds ``random_state .. random_state + n_members - 1``."""
         self.members_ = [MLPClassifier(random_state=self.random_state + i).fit(X, y)
                          for i in range(self.n_members)]
         self.classes_ = self.members_[0].classes_
         return self
 
     def predict_proba(self, X):
+        """The members' class probabilities, averaged."""
         return np.mean([m.predict_proba(X) for m in self.members_], axis=0)
 
     def predict(self, X):
@@ -138,11 +140,13 @@ class MLPEnsembleRegressor(RegressorMixin, BaseEstimator):
         self.random_state = random_state
 
     def fit(self, X, y):
+        """Fit the members, seeds ``random_state .. random_state + n_members - 1``."""
         self.members_ = [ResidualStd(MLPRegressor(random_state=self.random_state + i)).fit(X, y)
                          for i in range(self.n_members)]
         return self
 
     def predict(self, X, return_std=False):
+        """The mixture's mean (and std with ``return_std``)."""
         means, stds = zip(*(m.predict(X, return_std=True) for m in self.members_))
         mean, std = mixture_moments(means, stds)
         return (mean, std) if return_std else mean
