@@ -16,11 +16,19 @@ against
 * ``linear``: ``LogisticRegression`` / ``BayesianRidge`` (``return_std``);
 * ``GP`` (regression): ``GaussianProcessRegressor`` with
   ``ConstantKernel * RBF + WhiteKernel`` and ``normalize_y=True``;
-* ``HGB``: ``HistGradientBoostingClassifier`` / ``...Regressor``.
+* ``HGB``: ``HistGradientBoostingClassifier`` / ``...Regressor``;
+* ``ensemble``: five default ``MLPClassifier`` / ``MLPRegressor`` fits with
+  seeds ``seed .. seed + 4``, averaged probabilities or a Gaussian mixture
+  (:mod:`benchmarks.shift`).
 
 Regressors without a predictive std (MLP, HGB) get the std of their training
-residuals.  Every data set is split into random 75/25 train/test partitions
-(stratified for classification), seeded from the data set's name; sets larger
+residuals.  Beside these in-distribution columns, the columns where the data
+change (``--no-shift`` leaves them out; see :mod:`benchmarks.shift`):
+confidence on the test rows' scaled features ×3, unseen-class AUROC (the last
+class left out of training) and extrapolation along the first principal
+component, with the two-sided targets of issue #32.
+
+Every data set is split into random 75/25 train/test partitions (stratified for classification), seeded from the data set's name; sets larger
 than ``--max-rows`` (2,000) are first cut to a seeded random subset of that
 many rows.  Metrics on the test rows: NLL (log loss; Gaussian NLL per row),
 accuracy or RMSE, top-label ECE (10 uniform bins) or the coverage of the
@@ -39,6 +47,7 @@ Example::
 
     python -m benchmarks defaults --datasets iris diabetes --splits 3 \\
         --laplace-params '{"link_approx": "bridge"}' --out /tmp/scoreboard.md
+    python -m benchmarks defaults --from-json a.json b.json --figure /tmp/board
 """
 
 import json
@@ -76,8 +85,8 @@ CLASSIFICATION = SKLEARN_CLASSIFICATION + UCI_CLASSIFICATION_SETS
 REGRESSION = ("diabetes", *UCI_REGRESSION_SETS)
 DATASETS = CLASSIFICATION + REGRESSION
 
-METHODS = {"classification": ("LA", "MAP", "MLP", "linear", "HGB"),
-           "regression": ("LA", "MAP", "MLP", "linear", "GP", "HGB")}
+METHODS = {"classification": ("LA", "MAP", "MLP", "linear", "HGB", "ensemble"),
+           "regression": ("LA", "MAP", "MLP", "linear", "GP", "HGB", "ensemble")}
 METRICS = {"classification": ("nll", "acc", "ece", "seconds"),
            "regression": ("nll", "rmse", "coverage90", "seconds")}
 METRIC_TITLES = {"nll": "NLL", "acc": "accuracy", "ece": "ECE (10 bins, top label)",
@@ -205,6 +214,9 @@ def make_estimators(task, seed, laplace_params=None, methods=None):
                "linear": BayesianRidge(),
                "GP": GaussianProcessRegressor(kernel, normalize_y=True, random_state=seed),
                "HGB": ResidualStd(HistGradientBoostingRegressor(random_state=seed))}
+    from .shift import ensemble  # imports this module
+
+    out["ensemble"] = ensemble(task, seed)
     return {k: v for k, v in out.items() if methods is None or k in methods}
 
 
@@ -267,10 +279,12 @@ def score(task, y_true, prediction, classes=None):
             "coverage90": interval_coverage(y_true, mean, std, confidence=0.9)[0]}
 
 
-def fit_and_score(task, name, estimator, X_tr, y_tr, X_te, y_te, warned):
+def fit_and_score(task, name, estimator, X_tr, y_tr, X_te, y_te, warned, extra=None):
     """``{column: metrics}`` of one method on one split (the LA adds the MAP column).
 
     Warnings raised while fitting are counted in ``warned`` per (method, text).
+    ``extra(task, name, fitted_pipeline, X_te)`` → ``{column: metrics}`` adds
+    metrics to the columns (e.g. :func:`benchmarks.shift.shift_metrics`).
     """
     pipe = make_pipeline(clone(estimator))
     with warnings.catch_warnings(record=True) as caught:
@@ -281,15 +295,16 @@ def fit_and_score(task, name, estimator, X_tr, y_tr, X_te, y_te, warned):
         predictions = {name: (predict(task, pipe, X_te), seconds)}
         if name == "LA":
             predictions["MAP"] = (map_predict(task, pipe, X_te), map_seconds(pipe))
+        added = extra(task, name, pipe, X_te) if extra else {}
     for w in caught:
         warned[(name, f"{w.category.__name__}: {str(w.message).splitlines()[0][:90]}")] += 1
     classes = getattr(pipe, "classes_", None)
-    return {col: {**score(task, y_te, pred, classes), "seconds": sec}
+    return {col: {**score(task, y_te, pred, classes), "seconds": sec, **added.get(col, {})}
             for col, (pred, sec) in predictions.items()}
 
 
 def run_dataset(name, n_splits, max_rows, laplace_params=None, data_dir=None, log=print,
-                estimators=None, methods=None):
+                estimators=None, methods=None, shift_splits=None):
     """Score every method on every split of one data set.
 
     Parameters
@@ -307,6 +322,10 @@ def run_dataset(name, n_splits, max_rows, laplace_params=None, data_dir=None, lo
         ``estimators(task, seed)`` → dict of methods; default :func:`make_estimators`.
     methods : sequence of str, optional
         The methods :func:`make_estimators` keeps (default: all).
+    shift_splits : int, optional
+        With a value, the columns where the data change (:mod:`benchmarks.shift`):
+        the shifted-row confidence on every split, the unseen-class or
+        extrapolation fits on the first ``shift_splits`` splits.  ``None``: none.
 
     Returns
     -------
@@ -320,12 +339,16 @@ def run_dataset(name, n_splits, max_rows, laplace_params=None, data_dir=None, lo
     X, y = subsample(*load_dataset(name, data_dir), max_rows, seed)
     make = estimators or (lambda t, s: make_estimators(t, s, laplace_params, methods))
     records, warned = [], Counter()
+    if shift_splits is not None:
+        from . import shift
+    extra = shift.shift_metrics if shift_splits is not None else None
     for k, (train, test) in enumerate(split_indices(y, task, n_splits, seed)):
         t0 = time.perf_counter()
-        for method, est in make(task, seed + k).items():
+        estimators_k = make(task, seed + k)
+        for method, est in estimators_k.items():
             try:
                 cols = fit_and_score(task, method, est, X.iloc[train], y[train],
-                                     X.iloc[test], y[test], warned)
+                                     X.iloc[test], y[test], warned, extra)
             except Exception as exc:  # one crashed method must not sink the scoreboard
                 cols = {method: {"error": f"{type(exc).__name__}: {exc}"[:200]}}
             records += [{"dataset": name, "split": k, "method": m, **r} for m, r in cols.items()]
@@ -333,6 +356,8 @@ def run_dataset(name, n_splits, max_rows, laplace_params=None, data_dir=None, lo
             f"{r['method']}={r['nll']:.3f}" if "nll" in r else f"{r['method']}=ERROR"
             for r in records if r["split"] == k and r["dataset"] == name)
             + f"  ({time.perf_counter() - t0:.1f} s)")
+        if shift_splits is not None and k < shift_splits:
+            records += shift.split_records(name, X, y, train, test, estimators_k, k, warned, log)
     return records, warned
 
 
@@ -348,10 +373,10 @@ def aggregate(records):
     out = {}
     for key, rows in cells.items():
         out[key] = {}
-        for metric in rows[0]:
-            if metric in ("dataset", "split", "method"):
+        for metric in dict.fromkeys(k for row in rows for k in row):  # union, in order
+            if metric in ("dataset", "split", "method", "protocol"):
                 continue
-            v = np.array([row[metric] for row in rows], dtype=float)
+            v = np.array([row[metric] for row in rows if metric in row], dtype=float)
             se = v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else float("nan")
             out[key][metric] = (float(v.mean()), float(se), len(v))
     return out
@@ -401,7 +426,7 @@ def targets(agg, datasets):
         return a <= b + 1e-4 * abs(b)
 
     def near_best(d):
-        best = np.nanmin([m(d, b) for b in METHODS[task_of(d)][2:]])
+        best = np.nanmin([m(d, b) for b in METHODS[task_of(d)][2:] if b != "ensemble"])
         return leq(m(d, "LA"), best + 0.05 * abs(best))
 
     def check(sets, ok):
@@ -428,6 +453,8 @@ def targets(agg, datasets):
 
 def report(records, warned, datasets, header):
     """The markdown report: one table per (task, metric), targets, errors, warnings."""
+    from . import shift
+
     agg = aggregate(records)
     parts = [header]
     for task in ("classification", "regression"):
@@ -435,8 +462,16 @@ def report(records, warned, datasets, header):
         for metric in METRICS[task] if sets else ():
             parts.append(f"### {task} — {METRIC_TITLES[metric]}\n\n"
                          + markdown_table(agg, sets, METHODS[task], metric))
+        for metric, title in shift.SHIFT_TITLES[task].items():  # the sets that have them
+            have = [d for d in sets if any(metric in agg.get((d, m), {}) for m in METHODS[task])]
+            if have:
+                parts.append(f"### {task} — {title}\n\n"
+                             + markdown_table(agg, have, METHODS[task], metric))
     parts.append("### targets\n\n" + "\n".join(targets(agg, datasets)))
-    errors = Counter((r["method"], r["error"]) for r in records if "error" in r)
+    parts.append("### two-sided targets (issue #32)\n\n"
+                 + "\n".join(shift.targets(agg, datasets)))
+    errors = Counter((r["method"] + (f" ({r['protocol']})" if "protocol" in r else ""),
+                      r["error"]) for r in records if "error" in r)
     if errors:
         parts.append("### errors\n\n" + "\n".join(f"- {m} ({n}×): {e}"
                                                   for (m, e), n in errors.items()))
@@ -463,8 +498,20 @@ def add_arguments(parser):
     parser.add_argument("--uci-splits", type=int, metavar="N",
                         help="splits of the UCI sets (default: --splits)")
     parser.add_argument("--methods", nargs="+", metavar="NAME",
-                        choices=("LA", "MLP", "linear", "GP", "HGB"),
+                        choices=("LA", "MLP", "linear", "GP", "HGB", "ensemble"),
                         help="fit only these methods (LA brings MAP; default: all)")
+    parser.add_argument("--no-shift", action="store_true",
+                        help="in-distribution columns only: no shifted-row confidence, "
+                             "unseen-class or extrapolation fits (benchmarks/shift.py)")
+    parser.add_argument("--shift-splits", type=int, metavar="N",
+                        help="run the unseen-class and extrapolation fits on the first N "
+                             "splits only (default: all splits of the set)")
+    parser.add_argument("--figure", metavar="PREFIX",
+                        help="write PREFIX_classification.png / PREFIX_regression.png: per "
+                             "set, in-distribution NLL against each shift column")
+    parser.add_argument("--from-json", nargs="+", metavar="FILE",
+                        help="no fitting: the report (and --figure) from saved --json files, "
+                             "merged (--datasets keeps only those sets)")
     parser.add_argument("--out", metavar="FILE.md", help="also write the report there")
     parser.add_argument("--json", metavar="FILE.json",
                         help="also write the per-split records there (merge runs with "
@@ -511,7 +558,46 @@ def _warm_up():
     LaplaceRegressor(max_epochs=1).fit(X, X[:, 1])
 
 
+def _write(args, text, records, warned, header, datasets):
+    print(text)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"records": records, "warnings": [[*k, n] for k, n in warned.items()],
+                       "header": header}, fh)
+    if args.figure:
+        from .shift import figures
+
+        for path in figures(aggregate(records), datasets, args.figure, METHODS):
+            print(f"figure: {path}")
+
+
+def _from_json(args):
+    """The report of saved records: ``--from-json`` (no fitting)."""
+    records, saved_warnings, headers = [], [], []
+    for path in args.from_json:
+        with open(path) as fh:
+            saved = json.load(fh)
+        records += saved["records"]
+        saved_warnings += saved.get("warnings", [])
+        headers.append(saved.get("header", ""))
+    present = {r["dataset"] for r in records}
+    datasets = [d for d in (args.datasets or DATASETS) if d in present]
+    records = [r for r in records if r["dataset"] in datasets]
+    warned = Counter()
+    for method, text, n in saved_warnings:
+        warned[(method, text)] += n
+    header = "\n\n".join(dict.fromkeys(h for h in headers if h)) + (
+        f"\n\n(report rebuilt from {', '.join(args.from_json)})")
+    _write(args, report(records, warned, datasets, header), records, warned, header, datasets)
+    return records
+
+
 def main(args):
+    if args.from_json:
+        return _from_json(args)
     torch.set_num_threads(1)
     _warm_up()
     datasets = args.datasets or (QUICK["datasets"] if args.quick else DATASETS)
@@ -523,8 +609,9 @@ def main(args):
     for name in datasets:
         uci = name not in SKLEARN_CLASSIFICATION + ("diabetes",)
         splits = args.uci_splits if uci and args.uci_splits else n_splits
+        shift_splits = None if args.no_shift else min(args.shift_splits or splits, splits)
         recs, w = run_dataset(name, splits, max_rows, params, args.data_dir, log,
-                              methods=args.methods)
+                              methods=args.methods, shift_splits=shift_splits)
         records += recs
         warned.update(w)
     header = (f"## Scoreboard of the default Laplace estimators\n\n{code_version()}; "
@@ -533,14 +620,10 @@ def main(args):
               + (f" ({args.uci_splits} for the UCI sets)" if args.uci_splits else "")
               + " (stratified for classification, "
               f"seeded by the set's name); sets above {max_rows} rows cut to a seeded random "
-              f"subset of {max_rows}; cells mean ± s.e. over splits.")
-    text = report(records, warned, datasets, header)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"records": records, "warnings": [[*k, n] for k, n in warned.items()],
-                       "header": header}, fh)
+              f"subset of {max_rows}; cells mean ± s.e. over splits"
+              + ("." if args.no_shift else
+                 "; unseen-class and extrapolation fits on "
+                 + (f"the first {args.shift_splits} splits of each set."
+                    if args.shift_splits else "every split.")))
+    _write(args, report(records, warned, datasets, header), records, warned, header, datasets)
     return records
