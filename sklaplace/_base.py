@@ -1037,6 +1037,21 @@ class BaseLaplace(BaseEstimator):
         with _EVIDENCE_LOCK, torch.no_grad():
             return float(self._evidence(delta, sigma))
 
+    @property
+    def posterior_(self):
+        """The Gaussian posterior over the Laplace weights at the fitted hyperparameters.
+
+        Returns
+        -------
+        posterior : WeightPosterior
+            Mean, covariance (a ``LinearOperator``), sampling, log density and the net
+            at given weights; see :class:`sklaplace.posterior.WeightPosterior`.
+        """
+        check_is_fitted(self)
+        from .posterior import WeightPosterior
+
+        return WeightPosterior(self)
+
     # ------------------------------------------------------------ prediction
     def _X_tensor(self, X):
         X = validate_predict_X(self, X)
