@@ -1072,6 +1072,42 @@ class BaseLaplace(BaseEstimator):
         with _EVIDENCE_LOCK, torch.no_grad():
             return float(self._evidence(delta, sigma))
 
+    def _with_prior(self, prior_precision):
+        """A shallow copy of the fitted estimator that predicts at another prior precision.
+
+        The copy shares the net, the subset and the curvature; only its prediction
+        posterior (``with_prior``) and ``prior_precision_`` differ, σ stays the fitted one,
+        and ``self`` is not changed. Refused under ``refine``, whose refined mean and
+        covariance depend on δ (a refinement per value).
+        """
+        check_is_fitted(self)
+        if self.refine is not None:
+            raise ValueError(
+                f"refine={self.refine!r}: the refined posterior depends on the prior precision, "
+                "so predictions at another value need a refit; use refine=None.")
+        positive_array("prior_precision", prior_precision)
+        new = copy.copy(self)
+        delta = subset_prior(prior_precision, self._subset)
+        new._posterior = self._posterior.with_prior(delta, self._curvature_scale(self._sigma_fit))
+        arr = np.asarray(prior_precision, dtype=float)
+        new.prior_precision_ = float(arr) if arr.ndim == 0 else arr
+        return new
+
+    @property
+    def posterior_(self):
+        """The Gaussian posterior over the Laplace weights at the fitted hyperparameters.
+
+        Returns
+        -------
+        posterior : WeightPosterior
+            Mean, covariance (a ``LinearOperator``), sampling, log density and the net
+            at given weights; see :class:`sklaplace.posterior.WeightPosterior`.
+        """
+        check_is_fitted(self)
+        from .posterior import WeightPosterior
+
+        return WeightPosterior(self)
+
     # ------------------------------------------------------------ prediction
     def _X_tensor(self, X):
         X = validate_predict_X(self, X)

@@ -203,6 +203,10 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         What ``"auto"`` resolved to.
     n_params_ : int
         Number of weights under the Laplace approximation.
+    posterior_ : WeightPosterior
+        The Gaussian posterior over those weights, at ``prior_precision_`` (a property:
+        mean, covariance as a ``LinearOperator``, ``sample``, ``log_prob``, ``net_at``;
+        see :class:`sklaplace.posterior.WeightPosterior`).
     log_evidence_ : float
         Laplace log marginal likelihood of the fit.
     evidence_history_ : list of dict

@@ -10,8 +10,10 @@ import numpy as np
 
 from .metrics import regression_calibration_curve, reliability_curve
 from .ood import _final_step, _last_step, ood_scores
+from ._evidence_curve import EvidenceCurveDisplay
 
-__all__ = ["ReliabilityDisplay", "RegressionCalibrationDisplay", "OODHistogramDisplay"]
+__all__ = ["ReliabilityDisplay", "RegressionCalibrationDisplay", "OODHistogramDisplay",
+           "EvidenceCurveDisplay"]
 
 
 def _pyplot(caller):

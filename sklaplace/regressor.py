@@ -11,6 +11,8 @@ from ._laplace import continual
 from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
                     keeps_state_on_failure, positive_array, validate_numeric, weighted_spread,
                     without_zero_weights)
+from ._base import check_positive
+from ._joint import joint_moments, per_output_cov, sample_joint
 from .distributions import NormalPrediction
 
 
@@ -198,6 +200,10 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         What ``"auto"`` resolved to.
     n_params_ : int
         Number of weights under the Laplace approximation.
+    posterior_ : WeightPosterior
+        The Gaussian posterior over those weights, at ``prior_precision_`` (a property:
+        mean, covariance as a ``LinearOperator``, ``sample``, ``log_prob``, ``net_at``;
+        see :class:`sklaplace.posterior.WeightPosterior`).
     log_evidence_ : float
         Laplace log marginal likelihood of the fit (in the units of y).
     evidence_history_ : list of dict
@@ -591,8 +597,12 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         mean, var, noise = self._output_moments(X)
         return NormalPrediction(mean=mean, epistemic_var=var, aleatoric_var=noise)
 
-    def predict(self, X, return_std=False):
-        """Predictive mean, and with ``return_std`` the predictive std (σ included).
+    def predict(self, X, return_std=False, return_cov=False):
+        """Predictive mean, and the predictive std or joint covariance (σ included).
+
+        As in ``GaussianProcessRegressor``: at most one of ``return_std`` and
+        ``return_cov``; both include the noise σ², so the diagonal of the covariance is
+        the squared std.
 
         Parameters
         ----------
@@ -600,6 +610,11 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             Input samples.
         return_std : bool, default=False
             Whether to return the predictive standard deviation too.
+        return_cov : bool, default=False
+            Whether to return the joint predictive covariance over the rows of ``X``
+            (J Σ Jᵀ + σ² I of the GLM predictive; with ``pred_type="nn"`` the sample
+            covariance of the network at the weight draws, plus σ²). It holds
+            n_samples² values per output: for many rows use ``return_std``.
 
         Returns
         -------
@@ -607,10 +622,51 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             Predictive mean, in the units of y.
         std : ndarray of the same shape
             Only with ``return_std=True``.
+        cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, n_targets)
+            Only with ``return_cov=True``, in the units of y²: for multi-output y one
+            covariance over the rows per output (``GaussianProcessRegressor``'s layout;
+            the covariances between outputs are not returned, :meth:`sample_y` keeps them).
+
+        Raises
+        ------
+        ValueError
+            If both ``return_std`` and ``return_cov`` are True.
         """
         check_is_fitted(self)
+        if return_std and return_cov:
+            raise ValueError("At most one of return_std or return_cov can be requested.")
+        if return_cov:
+            mean, cov = joint_moments(self, X)
+            mean = mean[:, 0] if self._y_ndim == 1 else mean
+            return mean, per_output_cov(self, cov)
         mean, var, noise = self._output_moments(X)
         return (mean, np.sqrt(var + noise)) if return_std else mean
+
+    def sample_y(self, X, n_samples=1, random_state=0):
+        """Draw targets from the joint predictive, as ``GaussianProcessRegressor.sample_y``.
+
+        The draws come from N(mean, cov) over all rows and outputs of ``X`` together, the
+        distribution of ``predict(X, return_cov=True)`` with the covariances between
+        outputs kept; σ² is included (for noise-free functions use
+        :meth:`sample_functions`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+            Input samples.
+        n_samples : int, default=1
+            Number of draws per row.
+        random_state : int, RandomState instance or None, default=0
+            Seed of the draws, as in ``GaussianProcessRegressor.sample_y``.
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets, n_samples)
+            The draws, in the units of y.
+        """
+        check_is_fitted(self)
+        check_positive("n_samples", n_samples, integer=True)
+        return sample_joint(self, X, int(n_samples), random_state)
 
     def sample_functions(self, X, n_samples=1, random_state=None):
         """Draw functions from the posterior, in the units of y (no noise added).

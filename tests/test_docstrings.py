@@ -24,7 +24,7 @@ from sklaplace import LaplaceClassifier, LaplaceRegressor
 
 PUBLIC_MODULES = ["sklaplace", "sklaplace.classifier", "sklaplace.regressor",
                   "sklaplace.distributions", "sklaplace.metrics", "sklaplace.ood",
-                  "sklaplace.plotting"]
+                  "sklaplace.plotting", "sklaplace.posterior"]
 
 #: Codes not checked, and why.
 UNCHECKED_CODES = {

@@ -9,12 +9,13 @@ import pytest
 import sklaplace
 
 PUBLIC_MODULES = ["sklaplace", "sklaplace.metrics", "sklaplace.ood", "sklaplace.plotting",
-                  "sklaplace.distributions"]
+                  "sklaplace.distributions", "sklaplace.posterior"]
 
 
 def test_top_level_names():
     assert set(sklaplace.__all__) == {"LaplaceClassifier", "LaplaceRegressor", "NormalPrediction",
-                                      "LogitGaussianPrediction", "DirichletPrediction"}
+                                      "LogitGaussianPrediction", "DirichletPrediction",
+                                      "WeightPosterior"}
     for name in sklaplace.__all__:
         assert hasattr(sklaplace, name)
 

@@ -55,3 +55,15 @@ class DiagPosterior(Posterior):
 
     def marginal_variance(self):
         return self._var
+
+    def cov_matmat(self, V):
+        """Σ V for V of shape (P, k)."""
+        return self._var[:, None] * V
+
+    def precision_matmat(self, V):
+        """Σ⁻¹ V for V of shape (P, k)."""
+        return V / self._var[:, None]
+
+    def log_det_cov(self):
+        """log det Σ."""
+        return torch.log(self._var).sum()

@@ -235,3 +235,18 @@ class EigenPosterior(Posterior):
         if not self._complete:
             q = 1 + (self._Q**2) @ (1 / (1 + self._omega2) - 1)
         return self._d_inv_sqrt**2 * q
+
+    def cov_matmat(self, X):
+        """Σ X = D^{-½} (I + Q diag(1/(1+ω²) − 1) Qᵀ) D^{-½} X for X of shape (P, k)."""
+        U = self._d_inv_sqrt[:, None] * X
+        shrink = 1 / (1 + self._omega2) - 1
+        return self._d_inv_sqrt[:, None] * (U + self._Q @ (shrink[:, None] * (self._Q.T @ U)))
+
+    def precision_matmat(self, X):
+        """Σ⁻¹ X = D^{½} (I + Q diag(ω²) Qᵀ) D^{½} X for X of shape (P, k)."""
+        U = X / self._d_inv_sqrt[:, None]
+        return (U + self._Q @ (self._omega2[:, None] * (self._Q.T @ U))) / self._d_inv_sqrt[:, None]
+
+    def log_det_cov(self):
+        """log det Σ = −log det D − Σ log(1 + ω²)."""
+        return 2 * torch.log(self._d_inv_sqrt).sum() - torch.log1p(self._omega2).sum()

@@ -210,3 +210,24 @@ class KronPosterior(Posterior):
             squared = [(Q**2, e) for Q, e in factors]
             out[sl] = self._rotate(inv, squared, transpose=False)
         return out
+
+    def _blockwise(self, X, power):
+        """(Q diag(inv^power) Qᵀ per block) X for X of shape (P, k)."""
+        rows = X.T
+        out = torch.empty_like(rows)
+        for (sl, factors, _), inv in zip(self.blocks, self._inv):
+            z = self._rotate(rows[:, sl], factors, transpose=True) * inv**power
+            out[:, sl] = self._rotate(z, factors, transpose=False)
+        return out.T
+
+    def cov_matmat(self, X):
+        """Σ X for X of shape (P, k), block by block in the factors' eigenbasis."""
+        return self._blockwise(X, 1)
+
+    def precision_matmat(self, X):
+        """Σ⁻¹ X for X of shape (P, k)."""
+        return self._blockwise(X, -1)
+
+    def log_det_cov(self):
+        """log det Σ = Σ log(1 / (s λ + δ)) over the blocks."""
+        return sum(torch.log(inv).sum() for inv in self._inv)
