@@ -119,7 +119,7 @@ def ood_scores(estimator, X, *, kind="max_proba"):
     )
 
 
-def ood_detection_metrics(y_ood, scores):
+def ood_detection_metrics(y_ood, scores, *, sample_weight=None):
     """Threshold-free OOD-detection metrics, with OOD as the positive class.
 
     Parameters
@@ -128,6 +128,9 @@ def ood_detection_metrics(y_ood, scores):
         1 for out-of-distribution samples, 0 for in-distribution ones.
     scores : array-like of shape (n_samples,)
         OOD scores, higher = more likely OOD (e.g. from :func:`ood_scores`).
+    sample_weight : array-like of shape (n_samples,), default=None
+        Sample weights, passed to scikit-learn's curves; integer weights equal repeated
+        rows.
 
     Returns
     -------
@@ -158,11 +161,14 @@ def ood_detection_metrics(y_ood, scores):
         )
     if not np.all(np.isfinite(scores)):
         raise ValueError("scores must be finite.")
+    from .metrics import _check_sample_weight  # metrics imports this module
+
+    weight = _check_sample_weight(sample_weight, y_ood.shape[0])
     y_ood = y_ood.astype(int)
-    fpr, tpr, _ = roc_curve(y_ood, scores, drop_intermediate=False)
+    fpr, tpr, _ = roc_curve(y_ood, scores, drop_intermediate=False, sample_weight=weight)
     return {
-        "auroc": float(roc_auc_score(y_ood, scores)),
-        "aupr": float(average_precision_score(y_ood, scores)),
+        "auroc": float(roc_auc_score(y_ood, scores, sample_weight=weight)),
+        "aupr": float(average_precision_score(y_ood, scores, sample_weight=weight)),
         "fpr_at_95_tpr": float(fpr[np.argmax(tpr >= 0.95)]),
     }
 
