@@ -3,6 +3,7 @@
 from .distributions import DirichletPrediction, LogitGaussianPrediction, NormalPrediction
 from .classifier import LaplaceClassifier
 from .regressor import LaplaceRegressor
+from ._pipeline import predict_dist
 
 __version__ = "0.1.0"
 
@@ -12,4 +13,5 @@ __all__ = [
     "NormalPrediction",
     "LogitGaussianPrediction",
     "DirichletPrediction",
+    "predict_dist",
 ]

@@ -37,6 +37,9 @@ __all__ = [
     "ood_scores",
     "ood_detection_metrics",
     "evidence_scorer",
+    "neg_gaussian_nll_scorer",
+    "neg_crps_scorer",
+    "neg_coverage_error_scorer",
 ]
 
 _STRATEGIES = ("uniform", "quantile")
@@ -704,3 +707,13 @@ def evidence_scorer(estimator, X=None, y=None):
             "Laplace estimator."
         )
     return float(est.log_evidence_)
+
+
+
+# The scorers of probabilistic regression (GridSearchCV(scoring=...)) live in _scoring.py,
+# which builds on the metrics above.
+from ._scoring import (  # noqa: E402
+    neg_coverage_error_scorer,
+    neg_crps_scorer,
+    neg_gaussian_nll_scorer,
+)
