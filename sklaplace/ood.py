@@ -251,7 +251,8 @@ class LaplaceOODDetector(OutlierMixin, BaseEstimator):
     >>> rng = np.random.RandomState(0)
     >>> order = rng.permutation(len(X))
     >>> train, held_out = order[:100], order[100:]
-    >>> clf = LaplaceClassifier(max_epochs=50, random_state=0).fit(X[train], y[train])
+    >>> clf = LaplaceClassifier(max_epochs=50, hyperparameter_tuning="evidence",
+    ...                         random_state=0).fit(X[train], y[train])
     >>> detector = LaplaceOODDetector(clf, target_fpr=0.1).fit(X[held_out])
     >>> detector.predict(X[held_out][:3] + 100.0).tolist()  # far from the data
     [-1, -1, -1]
