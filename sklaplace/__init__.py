@@ -4,6 +4,7 @@ from .distributions import DirichletPrediction, LogitGaussianPrediction, NormalP
 from .classifier import LaplaceClassifier
 from .regressor import LaplaceRegressor
 from .posterior import WeightPosterior
+from ._pipeline import predict_dist
 
 __version__ = "0.1.0"
 
@@ -14,4 +15,5 @@ __all__ = [
     "LogitGaussianPrediction",
     "DirichletPrediction",
     "WeightPosterior",
+    "predict_dist",
 ]

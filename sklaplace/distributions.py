@@ -15,6 +15,8 @@ from scipy import stats
 from scipy.special import digamma, entr, gammaln, logsumexp, softmax
 from sklearn.utils import check_random_state
 
+from ._scipy_like import _NormalScipyMixin, _RowsMixin
+
 __all__ = [
     "probit_proba",
     "mean_field_proba",
@@ -271,8 +273,22 @@ def mc_proba(logit_mean, logit_cov, z):
 
 # --------------------------------------------------------------------------- regression
 @dataclass(frozen=True, eq=False)
-class NormalPrediction:
+class NormalPrediction(_NormalScipyMixin, _RowsMixin):
     """Gaussian predictive distribution of a Laplace regressor.
+
+    It behaves like the frozen ``scipy.stats.norm(loc=mean, scale=std)`` that
+    :meth:`to_scipy` returns: ``pdf``, ``logpdf``, ``cdf``, ``logcdf``, ``sf``, ``logsf``,
+    ``ppf``, ``isf``, ``interval``, ``median``, ``entropy``, ``moment``, ``support``,
+    ``expect`` and ``rvs`` give scipy's values. One difference, on purpose: ``mean``,
+    ``std`` and ``var`` are arrays, not methods as in scipy. They are the predictive's
+    parameters next to ``epistemic_var`` and ``aleatoric_var`` (``var`` is their sum), and
+    ``dist.mean`` is what every release has returned; turning them into methods would make
+    ``dist.mean + 1`` fail. ``to_scipy()`` gives the scipy object where methods are needed.
+
+    ``dist[rows]`` (an integer, a slice, a boolean mask or an index array) is the
+    predictive of those rows, a ``NormalPrediction`` with the epistemic / aleatoric split
+    kept (an integer keeps the row axis: ``dist[3]`` is ``dist[[3]]``); ``len(dist)`` is the
+    number of rows.
 
     Parameters
     ----------
@@ -287,6 +303,8 @@ class NormalPrediction:
     mean: np.ndarray
     epistemic_var: np.ndarray
     aleatoric_var: np.ndarray
+
+    _ROW_FIELDS = ("mean", "epistemic_var", "aleatoric_var")
 
     def __post_init__(self):
         mean = np.asarray(self.mean, dtype=np.float64)
@@ -425,8 +443,11 @@ class NormalPrediction:
 
 # --------------------------------------------------------------------------- classification
 @dataclass(frozen=True, eq=False)
-class DirichletPrediction:
+class DirichletPrediction(_RowsMixin):
     """Dirichlet over class probabilities, e.g. from the Laplace bridge.
+
+    ``dist[rows]`` (an integer, a slice, a boolean mask or an index array) is the Dirichlet
+    of those rows (an integer keeps the row axis); ``len(dist)`` is the number of rows.
 
     Parameters
     ----------
@@ -435,6 +456,8 @@ class DirichletPrediction:
     """
 
     alpha: np.ndarray
+
+    _ROW_FIELDS = ("alpha",)
 
     def __post_init__(self):
         alpha = np.asarray(self.alpha, dtype=np.float64)
@@ -563,8 +586,13 @@ class DirichletPrediction:
 
 
 @dataclass(frozen=True, eq=False)
-class LogitGaussianPrediction:
+class LogitGaussianPrediction(_RowsMixin):
     """Gaussian predictive over the logits of a Laplace classifier.
+
+    ``dist[rows]`` (an integer, a slice, a boolean mask or an index array) is the predictive
+    of those rows with the same link and settings (an integer keeps the row axis);
+    ``len(dist)`` is the number of rows. Monte Carlo draws are shared by all rows, so the
+    selected rows' probabilities are those of the whole set.
 
     Parameters
     ----------
@@ -595,6 +623,9 @@ class LogitGaussianPrediction:
     seed: int = 0
     single_logit: bool = False
     logit_samples: np.ndarray = None
+
+    _ROW_FIELDS = ("logit_mean", "logit_cov")
+    _DRAW_FIELDS = ("logit_samples",)
 
     def __post_init__(self):
         mean = np.asarray(self.logit_mean, dtype=np.float64)

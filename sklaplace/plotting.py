@@ -130,23 +130,31 @@ class ReliabilityDisplay:
         *,
         n_bins=10,
         strategy="uniform",
+        labels=None,
+        sample_weight=None,
         name=None,
         ax=None,
         ref_line=True,
         **kwargs,
     ):
-        """Plot a reliability diagram from class indices and predicted probabilities.
+        """Plot a reliability diagram from labels and predicted probabilities.
 
         Parameters
         ----------
         y_true : array-like of shape (n_samples,)
-            True class indices ``0 .. n_classes-1`` (``np.searchsorted(est.classes_, y)``).
+            True labels: the columns of ``y_prob`` are the sorted labels of ``labels``, else
+            of ``y_true`` (as in :func:`sklearn.metrics.log_loss`); integers
+            ``0 .. n_classes-1`` without ``labels`` are column indices.
         y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
             Predicted probabilities; 1-D means P(class 1) of a binary problem.
         n_bins : int, default=10
             Number of confidence bins.
         strategy : {"uniform", "quantile"}, default="uniform"
             Equal-width or equal-mass bins, see :func:`~sklaplace.metrics.reliability_curve`.
+        labels : array-like of shape (n_classes,), default=None
+            The labels of the columns of ``y_prob`` (in sorted order), e.g. ``classes_``.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Sample weights: bins hold weight instead of counts.
         name : str, default=None
             Legend label.
         ax : matplotlib Axes, default=None
@@ -163,7 +171,8 @@ class ReliabilityDisplay:
         """
         _pyplot(f"{cls.__name__}.from_predictions")
         confidence, accuracy, counts = reliability_curve(
-            y_true, y_prob, n_bins=n_bins, strategy=strategy
+            y_true, y_prob, n_bins=n_bins, strategy=strategy, labels=labels,
+            sample_weight=sample_weight,
         )
         disp = cls(confidence, accuracy, counts, estimator_name=name)
         return disp.plot(ax=ax, ref_line=ref_line, **kwargs)
@@ -177,6 +186,7 @@ class ReliabilityDisplay:
         *,
         n_bins=10,
         strategy="uniform",
+        sample_weight=None,
         name=None,
         ax=None,
         ref_line=True,
@@ -196,6 +206,8 @@ class ReliabilityDisplay:
             Number of confidence bins.
         strategy : {"uniform", "quantile"}, default="uniform"
             Equal-width or equal-mass bins.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Sample weights: bins hold weight instead of counts.
         name : str, default=None
             Legend label; defaults to the class name of the (last) estimator.
         ax : matplotlib Axes, default=None
@@ -225,6 +237,7 @@ class ReliabilityDisplay:
             y_prob,
             n_bins=n_bins,
             strategy=strategy,
+            sample_weight=sample_weight,
             name=name,
             ax=ax,
             ref_line=ref_line,
@@ -295,7 +308,8 @@ class RegressionCalibrationDisplay:
 
     @classmethod
     def from_predictions(
-        cls, y_true, mean, std, *, n_levels=10, name=None, ax=None, ref_line=True, **kwargs
+        cls, y_true, mean, std, *, n_levels=10, sample_weight=None, name=None, ax=None,
+        ref_line=True, **kwargs
     ):
         """Plot the calibration curve from targets and Gaussian predictions.
 
@@ -309,6 +323,8 @@ class RegressionCalibrationDisplay:
             Predictive standard deviations (> 0).
         n_levels : int, default=10
             Number of levels ``p_j = (j - 1/2) / n_levels``.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Sample weights (one per row): weighted observed frequencies.
         name : str, default=None
             Legend label.
         ax : matplotlib Axes, default=None
@@ -325,14 +341,15 @@ class RegressionCalibrationDisplay:
         """
         _pyplot(f"{cls.__name__}.from_predictions")
         expected, observed = regression_calibration_curve(
-            y_true, mean, std, n_levels=n_levels
+            y_true, mean, std, n_levels=n_levels, sample_weight=sample_weight
         )
         disp = cls(expected, observed, estimator_name=name)
         return disp.plot(ax=ax, ref_line=ref_line, **kwargs)
 
     @classmethod
     def from_estimator(
-        cls, estimator, X, y, *, n_levels=10, name=None, ax=None, ref_line=True, **kwargs
+        cls, estimator, X, y, *, n_levels=10, sample_weight=None, name=None, ax=None,
+        ref_line=True, **kwargs
     ):
         """Plot the calibration curve of a fitted regressor on data.
 
@@ -346,6 +363,8 @@ class RegressionCalibrationDisplay:
             Targets.
         n_levels : int, default=10
             Number of levels ``p_j = (j - 1/2) / n_levels``.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Sample weights (one per row): weighted observed frequencies.
         name : str, default=None
             Legend label; defaults to the class name of the (last) estimator.
         ax : matplotlib Axes, default=None
@@ -365,7 +384,8 @@ class RegressionCalibrationDisplay:
         mean, std = final.predict(Xt, return_std=True)
         name = type(final).__name__ if name is None else name
         return cls.from_predictions(
-            y, mean, std, n_levels=n_levels, name=name, ax=ax, ref_line=ref_line, **kwargs
+            y, mean, std, n_levels=n_levels, sample_weight=sample_weight, name=name, ax=ax,
+            ref_line=ref_line, **kwargs
         )
 
 

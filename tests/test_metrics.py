@@ -154,10 +154,11 @@ def test_nll_hand_computed_and_sklearn():
     "y, p, match",
     [
         ([0, 1], np.full((3, 2), 0.5), "different numbers of samples"),
-        ([0, 3], np.full((2, 3), 1 / 3), r"\[0, 2\]"),
-        ([-1, 0], np.full((2, 3), 1 / 3), r"\[0, 2\]"),
-        (["a", "b"], np.full((2, 2), 0.5), "integer class indices"),
-        ([0.5, 1], np.full((2, 2), 0.5), "integer class indices"),
+        # labels that are not column indices must name every column (as in log_loss)
+        ([0, 3], np.full((2, 3), 1 / 3), "2 labels .* 3 columns; pass labels="),
+        ([-1, 0], np.full((2, 3), 1 / 3), "2 labels .* 3 columns; pass labels="),
+        (["a", "b"], np.full((2, 3), 1 / 3), "2 labels .* 3 columns; pass labels="),
+        ([0.5, 1], np.full((2, 3), 1 / 3), "2 labels .* 3 columns; pass labels="),
         ([0, 1], np.full((2, 1), 0.5), "y_prob must have shape"),
         ([0, 1], np.full((2, 2, 2), 0.5), "y_prob must have shape"),
         ([0, 1], np.array([[1.2, -0.2], [0.5, 0.5]]), r"\[0, 1\]"),

@@ -15,9 +15,18 @@ PUBLIC_MODULES = ["sklaplace", "sklaplace.metrics", "sklaplace.ood", "sklaplace.
 def test_top_level_names():
     assert set(sklaplace.__all__) == {"LaplaceClassifier", "LaplaceRegressor", "NormalPrediction",
                                       "LogitGaussianPrediction", "DirichletPrediction",
-                                      "WeightPosterior"}
+                                      "WeightPosterior", "predict_dist"}
     for name in sklaplace.__all__:
         assert hasattr(sklaplace, name)
+
+
+def test_issue_36_names():
+    import sklaplace.metrics
+    import sklaplace.ood
+
+    assert {"neg_gaussian_nll_scorer", "neg_crps_scorer",
+            "neg_coverage_error_scorer"} <= set(sklaplace.metrics.__all__)
+    assert "LaplaceOODDetector" in sklaplace.ood.__all__
 
 
 def _public_names():
