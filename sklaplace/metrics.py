@@ -710,7 +710,8 @@ def evidence_scorer(estimator, X=None, y=None):
             f"{type(est).__name__} has no log_evidence_; evidence_scorer needs a fitted "
             "Laplace estimator."
         )
-    return est._log_evidence_for_selection()
+    select = getattr(est, "_log_evidence_for_selection", None)  # sklaplace's estimators
+    return float(est.log_evidence_) if select is None else select()
 
 
 
