@@ -199,3 +199,17 @@ def test_lbfgs_weights_equal_duplicated_rows_and_is_deterministic():
     again = LaplaceRegressor(**kw).fit(np.repeat(X, w, 0), np.repeat(y, w))
     np.testing.assert_array_equal(repeated.predict(X), again.predict(X))
     np.testing.assert_allclose(weighted.predict(X), repeated.predict(X), rtol=1e-4, atol=1e-4)
+
+
+def test_lbfgs_passes_the_sample_weight_check_with_any_batch_size():
+    # full batch whatever batch_size says (minibatch Adam with batch_size=4 fails this check)
+    from sklearn.utils.estimator_checks import check_sample_weight_equivalence_on_dense_data
+
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # the check's rtol=1e-7 is float32's rounding
+    try:
+        for est in (LaplaceRegressor(solver="lbfgs", batch_size=4, max_epochs=20, **SMALL),
+                    LaplaceClassifier(solver="lbfgs", batch_size=4, max_epochs=20, **SMALL)):
+            check_sample_weight_equivalence_on_dense_data(type(est).__name__, est)
+    finally:
+        torch.set_default_dtype(dtype)
