@@ -213,3 +213,17 @@ def test_lbfgs_passes_the_sample_weight_check_with_any_batch_size():
             check_sample_weight_equivalence_on_dense_data(type(est).__name__, est)
     finally:
         torch.set_default_dtype(dtype)
+
+
+def test_lbfgs_line_search_keeps_descending():
+    # torch's default max_eval (max_iter·5/4 = 1 for one iteration per epoch) left the line
+    # search one evaluation: the first rejected step returned t = 0 and the loss stayed
+    # at 1.14511 from epoch 21 on (diabetes, the default MLP)
+    from sklearn.datasets import load_diabetes
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_diabetes(return_X_y=True)
+    reg = LaplaceRegressor(solver="lbfgs", tol=None, max_epochs=40, hyperparameter_tuning=None,
+                           random_state=0).fit(StandardScaler().fit_transform(X), y)
+    assert reg.loss_curve_[-1] < reg.loss_curve_[20] - 1e-2
+    assert np.all(np.diff(reg.loss_curve_) < 0)  # a line search accepts descent steps only

@@ -222,7 +222,11 @@ def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch
     """
     if solver == "lbfgs":
         optimizer, lr, batch_size = torch.optim.LBFGS, 1.0, -1
-        extra = {"optimizer__max_iter": 1, "optimizer__line_search_fn": "strong_wolfe"}
+        # max_eval: torch's default (max_iter·5/4 = 1) leaves the line search no second
+        # evaluation; a first step that fails the Armijo test would then return t = 0 and
+        # every later epoch repeat it (the loss stuck)
+        extra = {"optimizer__max_iter": 1, "optimizer__max_eval": 25,
+                 "optimizer__line_search_fn": "strong_wolfe"}
     else:
         optimizer, extra = torch.optim.Adam, {}
     return NeuralNet(
