@@ -13,6 +13,7 @@ SUBCOMMANDS = {
     "uci": ".uci",
     "speed": ".speed",
     "defaults": ".defaults",
+    "convergence": ".convergence",
 }
 
 

@@ -30,6 +30,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory, validate_data
 
 from ._laplace import continual, nets
+from ._laplace.convergence import training_curve
 from ._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobian_bytes,
                                  memory_budget, progress_to)
 from ._laplace.evidence import Evidence, curvature_scale, maximize_evidence
@@ -74,6 +75,9 @@ PARAMETER_CONSTRAINTS = {
     "max_epochs": _at_least(1),
     "lr": _POSITIVE,
     "batch_size": _at_least(1),
+    "tol": [Interval(Real, 0, None, closed="left"), None],
+    "n_iter_no_change": _at_least(1),
+    "solver": [StrOptions({"adam", "lbfgs"})],
     "prior_precision": "no_validation",  # a positive float or 1-D array: positive_array
     "prior_structure": [StrOptions({"scalar", "layerwise", "diag"})],
     "hyperparameter_tuning": [StrOptions({"auto", "evidence", "online", "cv"}), None],
@@ -408,7 +412,7 @@ class BaseLaplace(BaseEstimator):
         if net is None:
             return (nets.default_net(n_features, n_outputs, self.hidden_layer_sizes,
                                      self.max_epochs, self.lr, self.batch_size, self.verbose,
-                                     device=self.device),
+                                     device=self.device, solver=self.solver),
                     None, None)
         from skorch import NeuralNet
 
@@ -432,6 +436,10 @@ class BaseLaplace(BaseEstimator):
                     f"uninitialized {type(inner).__name__}. Fit it first."
                 )
             return None, inner, nets.likelihood_of(inner)
+        if self.solver != "adam" and isinstance(net, NeuralNet):
+            raise ValueError(
+                f"solver={self.solver!r} applies to the default MLP (net=None); a skorch net "
+                "trains with its own optimizer (set optimizer=torch.optim.LBFGS on the net).")
         if not isinstance(net, NeuralNet):
             raise ValueError(
                 "net must be None, a skorch NeuralNet (NeuralNetClassifier, NeuralNetRegressor, "
@@ -552,6 +560,7 @@ class BaseLaplace(BaseEstimator):
             # (dropout off, batch-norm statistics fixed), as skorch's own predict sets it
             frozen.module_.eval()
             self.net_ = frozen
+            self.n_iter_, self.loss_curve_ = training_curve(frozen)
             return
         online = self.hyperparameter_tuning_ == "online"
         train = check_memory(self.memory).cache(nets.train_map)
@@ -566,7 +575,7 @@ class BaseLaplace(BaseEstimator):
                 sigma_noise=np.asarray(sigma0, dtype=float),
                 prior_precision=self._training_prior(sizes), seed=seed,
                 callbacks=self._online_callbacks(sizes, y_model, sample_weight) if online else (),
-                **extra,
+                tol=self.tol, n_iter_no_change=self.n_iter_no_change, **extra,
             )
         except pickle.PicklingError as error:
             if self.memory is None:
@@ -576,6 +585,7 @@ class BaseLaplace(BaseEstimator):
                 f"parameters cannot be pickled ({error.args[0]}). Use memory=None, or module "
                 "parameters that pickle (no lambdas or local functions).") from error
         self.net_.module_.eval()  # inference mode from here on, as skorch's predict leaves it
+        self.n_iter_, self.loss_curve_ = training_curve(self.net_)
 
     def _training_prior(self, sizes):
         arr = np.asarray(self.prior_precision, dtype=float)

@@ -39,6 +39,21 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         Adam learning rate of the default MLP.
     batch_size : int, default=128
         Mini-batch size of the default MLP.
+    tol : float or None, default=1e-4
+        Convergence of MAP training, as in ``MLPClassifier``: training stops
+        when the per-epoch training loss (the MAP objective, likelihood and
+        prior) has not improved on its best value by at least ``tol`` for
+        ``n_iter_no_change`` consecutive epochs; a ``ConvergenceWarning`` when
+        ``max_epochs`` ends it first. After an online update of the prior (and
+        σ) the next epoch's loss is the new reference. ``None``: always
+        ``max_epochs`` epochs, no warning. Applies to a given skorch net too.
+    n_iter_no_change : int, default=10
+        Epochs without an improvement of ``tol`` that end training.
+    solver : {"adam", "lbfgs"}, default="adam"
+        Optimizer of the default MLP: minibatch Adam (``lr``, ``batch_size``),
+        or full-batch L-BFGS with a strong Wolfe line search (one iteration per
+        epoch; ``lr`` and ``batch_size`` unused): deterministic, and row
+        weights are then exactly duplicated rows.
     prior_precision : float or array-like, default=1.0
         Precision δ of the prior N(0, δ⁻¹I): a float, one value per parameter
         tensor (weight and bias of each layer) or one per parameter. It is the
@@ -182,6 +197,11 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
 
     Attributes
     ----------
+    n_iter_ : int
+        Epochs the MAP training ran (of the last ``partial_fit`` task; for a
+        ``FrozenEstimator`` net, of the history it came with).
+    loss_curve_ : ndarray of shape (n_iter_,)
+        The training loss (MAP objective per row) of each epoch.
     net_ : skorch NeuralNet
         The fitted network (the frozen one for ``FrozenEstimator``).
     prior_precision_ : float or ndarray
@@ -249,7 +269,8 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     }
 
     def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
-                 batch_size=128, prior_precision=1.0, prior_structure="scalar",
+                 batch_size=128, tol=1e-4, n_iter_no_change=10, solver="adam",
+                 prior_precision=1.0, prior_structure="scalar",
                  hyperparameter_tuning="auto", validation_fraction=0.2,
                  subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
@@ -263,6 +284,9 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         self.max_epochs = max_epochs
         self.lr = lr
         self.batch_size = batch_size
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
+        self.solver = solver
         self.prior_precision = prior_precision
         self.prior_structure = prior_structure
         self.hyperparameter_tuning = hyperparameter_tuning

@@ -387,6 +387,7 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
                 f"{name}={value!r} but the posterior of the earlier tasks has {fitted!r}; "
                 f"partial_fit keeps one {name} (refit to change it).")
     from . import nets
+    from .convergence import training_curve
     from .._base import check_seed
     from sklearn.base import clone
 
@@ -414,8 +415,10 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
             temperature=estimator.temperature,
             sigma_noise=np.asarray(sigma_train), prior_precision=delta, seed=seed,
             sample_weight=sample_weight, prior=TaskPrior(theta_prev, previous, scale),
-            init_module=estimator.net_.module_)
+            init_module=estimator.net_.module_, tol=estimator.tol,
+            n_iter_no_change=estimator.n_iter_no_change)
         estimator.net_.module_.eval()
+        estimator.n_iter_, estimator.loss_curve_ = training_curve(estimator.net_)
     estimator._continual_task = Task(previous=previous, prior_mean=theta_prev,
                                      n_previous=n_previous)
     try:

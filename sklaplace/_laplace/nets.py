@@ -30,6 +30,7 @@ from skorch import NeuralNet
 from torch import nn
 
 from . import likelihoods
+from .convergence import fit_net, warn_not_converged
 
 DIVERGENCE_FACTOR = 1e3  # final / initial training loss beyond which training diverged
 
@@ -212,20 +213,36 @@ def module_device(module):
 
 
 def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch_size, verbose=0,
-                device="cpu"):
+                device="cpu", solver="adam"):
+    """The default MLP as an uninitialized skorch net.
+
+    ``solver="adam"``: minibatch Adam (``lr``, ``batch_size``); ``"lbfgs"``: full-batch
+    L-BFGS with a strong Wolfe line search, one iteration per epoch (``lr`` and
+    ``batch_size`` unused), deterministic, on the same objective.
+    """
+    if solver == "lbfgs":
+        optimizer, lr, batch_size = torch.optim.LBFGS, 1.0, -1
+        # max_eval: torch's default (max_iter·5/4 = 1) leaves the line search no second
+        # evaluation; a first step that fails the Armijo test would then return t = 0 and
+        # every later epoch repeat it (the loss stuck)
+        extra = {"optimizer__max_iter": 1, "optimizer__max_eval": 25,
+                 "optimizer__line_search_fn": "strong_wolfe"}
+    else:
+        optimizer, extra = torch.optim.Adam, {}
     return NeuralNet(
         module=MLP,
         module__n_features=n_features,
         module__n_outputs=n_outputs,
         module__hidden_layer_sizes=tuple(hidden_layer_sizes),
         criterion=MAPLoss,
-        optimizer=torch.optim.Adam,
+        optimizer=optimizer,
         lr=lr,
         max_epochs=max_epochs,
         batch_size=batch_size,
         train_split=None,
         verbose=int(verbose),
         device=device,
+        **extra,
     )
 
 
@@ -249,7 +266,7 @@ def with_weight_column(y, sample_weight):
 
 def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precision, seed,
               callbacks=(), sample_weight=None, prior=None, init_module=None,
-              default_dtype=None):
+              default_dtype=None, tol=None, n_iter_no_change=10):
     """Train the (cloned, uninitialized) skorch ``net`` to the MAP in place.
 
     ``default_dtype`` is not read: passed by the estimators (``torch.get_default_dtype()``
@@ -261,6 +278,8 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
     Continual learning: ``prior`` replaces the prior term (see :class:`MAPLoss`) and
     training starts from the weights of ``init_module`` (a module of the same
     architecture); the prior is dropped from the trained net's criterion afterwards.
+    ``tol`` / ``n_iter_no_change``: the convergence rule of :mod:`.convergence`
+    (``tol=None``: all ``max_epochs`` epochs); ``ConvergenceWarning`` when not converged.
     """
     weighted = sample_weight is not None
     if weighted:
@@ -300,7 +319,7 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
 
             data = (Dataset(Xt, with_weight_column(yt, sample_weight)), None)
         try:
-            net.partial_fit(*data)
+            converged = fit_net(net, *data, tol, n_iter_no_change)
         except KeyError as error:
             if "valid" not in str(error):
                 raise
@@ -330,4 +349,5 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
             f"MAP training diverged ({what}). Lower the learning rate (lr), scale the "
             "features (e.g. StandardScaler) or raise prior_precision."
         )
+    warn_not_converged(net, tol, n_iter_no_change, converged)
     return net
