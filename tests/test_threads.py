@@ -1,0 +1,132 @@
+"""Fits in threads: the process's thread settings and random_state (issues #33, #35)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from joblib import parallel_backend
+from sklearn.datasets import load_iris
+from sklearn.model_selection import GridSearchCV
+from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from sklaplace import LaplaceClassifier
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def iris():
+    X, y = load_iris(return_X_y=True)
+    rows = np.r_[0:20, 50:70, 100:120]
+    return StandardScaler().fit_transform(X[rows]).astype(np.float32), y[rows]
+
+
+def _settings():
+    """The calling thread's torch threads and every pool threadpoolctl sees."""
+    return torch.get_num_threads(), [(i["filepath"], i["num_threads"]) for i in threadpool_info()]
+
+
+def _blas_threads():
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+def _in_a_clean_process(code):
+    """Run ``code`` in a new interpreter whose BLAS pools and torch have 2 threads.
+
+    A process of its own: once the main thread has set OpenBLAS's thread count (as
+    any earlier ``threadpool_limits`` here did), other threads cannot change it.
+    """
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+PRELUDE = """
+import json, threading
+import numpy as np, torch
+from threadpoolctl import threadpool_info
+
+def settings():
+    # the calling thread's torch threads, a new thread's, and every pool threadpoolctl sees
+    new = []
+    t = threading.Thread(target=lambda: new.append(torch.get_num_threads()))
+    t.start(); t.join()
+    pools = [[i["filepath"], i["num_threads"]] for i in threadpool_info()]
+    return [torch.get_num_threads(), new[0], pools]
+
+def blas_threads():
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+"""
+
+
+def test_threaded_grid_search_leaves_thread_settings_as_found():
+    # issue #35 item 4: two overlapping fits each limited the process-wide BLAS pools and
+    # restored the other's lowered value ([2, 2] before, [1, 1] after)
+    before, after = _in_a_clean_process("""
+        from joblib import parallel_backend
+        from sklearn.datasets import load_iris
+        from sklearn.model_selection import GridSearchCV
+        from sklaplace import LaplaceClassifier
+
+        X, y = load_iris(return_X_y=True)
+        before = settings()
+        search = GridSearchCV(
+            LaplaceClassifier(hidden_layer_sizes=(5,), max_epochs=5, random_state=0,
+                              hyperparameter_tuning="evidence"),
+            {"prior_precision": [0.1, 10.0]}, cv=2)
+        with parallel_backend("threading", n_jobs=2):
+            search.fit(X[::2], y[::2])
+        print(json.dumps([before, settings()]))
+    """)
+    assert after == before
+    assert {n for _, n in before[2]} == {2}
+
+
+def test_overlapping_blas_limits_restore_the_pools_and_keep_foreign_settings():
+    # A enters (lowers), B enters (changes nothing), A leaves (restores), B leaves
+    inside, after, foreign = _in_a_clean_process("""
+        from sklaplace._threads import single_threaded_blas
+
+        steps = {name: threading.Event() for name in ("a_in", "b_in", "a_out")}
+        inside = []  # in B: while A is inside, after A left
+
+        def a():
+            with single_threaded_blas():
+                steps["a_in"].set()
+                steps["b_in"].wait(30)
+            steps["a_out"].set()
+
+        def b():
+            steps["a_in"].wait(30)
+            with single_threaded_blas():
+                inside.append(blas_threads())
+                steps["b_in"].set()
+                steps["a_out"].wait(30)
+                inside.append(blas_threads())
+
+        threads = [threading.Thread(target=f) for f in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        after = blas_threads()
+
+        from threadpoolctl import threadpool_limits
+        with single_threaded_blas():
+            threadpool_limits(limits=3, user_api="blas")  # someone else's setting: kept
+        print(json.dumps([inside, after, blas_threads()]))
+    """)
+    assert inside[0] and set(inside[0]) == {1}
+    assert set(inside[1]) == set(after) == {2}
+    assert set(foreign) == {3}
