@@ -130,3 +130,40 @@ def test_overlapping_blas_limits_restore_the_pools_and_keep_foreign_settings():
     assert inside[0] and set(inside[0]) == {1}
     assert set(inside[1]) == set(after) == {2}
     assert set(foreign) == {3}
+
+
+class _DropoutMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(),
+                                          torch.nn.Dropout(0.5), torch.nn.Linear(16, 3))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def test_random_state_is_honoured_under_the_threading_backend(iris):
+    # issue #35 item 5: shuffling and dropout draw from torch's global generator, which
+    # concurrent fits shared: every threaded run gave other scores
+    from sklearn.model_selection import cross_val_score
+    from skorch import NeuralNetClassifier
+
+    net = NeuralNetClassifier(_DropoutMLP, criterion=torch.nn.CrossEntropyLoss, max_epochs=10,
+                              lr=0.05, batch_size=16, iterator_train__shuffle=True,
+                              train_split=None, verbose=0)
+    est = LaplaceClassifier(net=net, hyperparameter_tuning=None, random_state=0)
+    sequential = cross_val_score(est, *iris, cv=3, scoring="neg_log_loss")
+    for _ in range(3):
+        with parallel_backend("threading", n_jobs=2):
+            threaded = cross_val_score(est, *iris, cv=3, scoring="neg_log_loss")
+        np.testing.assert_array_equal(threaded, sequential)
+    # sklaplace's own MLP (no dropout, no shuffling) trains outside the lock: same scores
+    default = LaplaceClassifier(hidden_layer_sizes=(8,), max_epochs=10,
+                                hyperparameter_tuning=None, random_state=0)
+    sequential_default = cross_val_score(default, *iris, cv=3, scoring="neg_log_loss")
+    with parallel_backend("threading", n_jobs=2):
+        threaded = cross_val_score(default, *iris, cv=3, scoring="neg_log_loss")
+    np.testing.assert_array_equal(threaded, sequential_default)
+    # the seed matters: another one gives other scores
+    other = cross_val_score(est.set_params(random_state=1), *iris, cv=3, scoring="neg_log_loss")
+    assert not np.array_equal(other, sequential)
