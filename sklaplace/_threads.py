@@ -133,8 +133,6 @@ def choose_threads(work, current):
     At most ``current`` (the calling thread's threads). ``SKLAPLACE_NUM_THREADS``
     set: that many. Else one for small work, and no more than the idle cores.
     """
-    if current <= 1:
-        return max(current, 1)
     setting = os.environ.get(_ENV, "").strip()
     if setting:
         try:
@@ -143,7 +141,9 @@ def choose_threads(work, current):
             n = 0
         if n < 1:
             raise ValueError(f"{_ENV} must be a positive integer, got {setting!r}.")
-        return min(n, current)
+        return max(1, min(n, current))
+    if current <= 1:
+        return max(current, 1)
     if work is not None and work < SMALL_WORK:
         return 1
     return max(1, min(current, _cpus() - _busy_elsewhere()))

@@ -167,3 +167,101 @@ def test_random_state_is_honoured_under_the_threading_backend(iris):
     # the seed matters: another one gives other scores
     other = cross_val_score(est.set_params(random_state=1), *iris, cv=3, scoring="neg_log_loss")
     assert not np.array_equal(other, sequential)
+
+
+def _recording_callback(seen):
+    """A skorch callback appending torch's threads to ``seen`` at each epoch (a global
+    list: the net and its callbacks are cloned)."""
+    from skorch.callbacks import Callback
+
+    class Record(Callback):
+        def on_epoch_begin(self, net, **kwargs):
+            seen.append(torch.get_num_threads())
+
+    return Record()
+
+
+def _recording_estimator(seen):
+    from skorch import NeuralNetClassifier
+
+    module = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    net = NeuralNetClassifier(module, criterion=torch.nn.CrossEntropyLoss, max_epochs=2,
+                              train_split=None, verbose=0, callbacks=[("record", _recording_callback(seen))])
+    return LaplaceClassifier(net=net, hyperparameter_tuning=None, random_state=0)
+
+
+def _in_a_thread_with_two_torch_threads(fn):
+    """``fn()``'s result, called in a new thread whose OpenMP (torch) threads are 2."""
+    out = {}
+
+    def run():
+        torch.get_num_threads()  # start torch's pool of this thread first
+        with threadpool_limits(limits=2, user_api="openmp"):
+            before = torch.get_num_threads()
+            out["result"] = fn()
+            out["kept"] = torch.get_num_threads() == before == 2
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert out["kept"]
+    return out["result"]
+
+
+def test_small_nets_fit_and_predict_with_one_torch_thread(iris, monkeypatch):
+    monkeypatch.delenv("SKLAPLACE_NUM_THREADS", raising=False)
+    seen = []
+
+    def fit_and_predict():
+        est = _recording_estimator(seen).fit(*iris)
+        in_predict = []
+        real = est._X_tensor
+        est._X_tensor = lambda X: (in_predict.append(torch.get_num_threads()), real(X))[1]
+        est.predict_proba(iris[0])
+        return in_predict
+
+    assert _in_a_thread_with_two_torch_threads(fit_and_predict) == [1]
+    assert seen == [1, 1]
+
+
+def test_user_override_and_threadpoolctl(iris, monkeypatch):
+    seen = []
+    monkeypatch.setenv("SKLAPLACE_NUM_THREADS", "2")
+    _in_a_thread_with_two_torch_threads(lambda: _recording_estimator(seen).fit(*iris))
+    assert seen == [2, 2]
+
+    def limited():  # threadpoolctl around the fit lowers it further
+        with threadpool_limits(limits=1):
+            return _recording_estimator(seen).fit(*iris)
+
+    seen.clear()
+    _in_a_thread_with_two_torch_threads(limited)
+    assert seen == [1, 1]
+    monkeypatch.setenv("SKLAPLACE_NUM_THREADS", "two")
+    with pytest.raises(ValueError, match="SKLAPLACE_NUM_THREADS"):
+        _recording_estimator(seen).fit(*iris)
+
+
+def test_overlapping_fits_in_threads_leave_thread_settings_as_found(iris, monkeypatch):
+    monkeypatch.delenv("SKLAPLACE_NUM_THREADS", raising=False)
+    start = threading.Barrier(3)
+    before = _settings()
+    errors = []
+
+    def fit():
+        try:
+            start.wait(30)
+            est = LaplaceClassifier(hidden_layer_sizes=(5,), max_epochs=5, random_state=0,
+                                    hyperparameter_tuning="evidence").fit(*iris)
+            est.predict_proba(iris[0])
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=_in_a_thread_with_two_torch_threads, args=(fit,))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert _settings() == before
