@@ -13,7 +13,6 @@ import pytest
 import torch
 from joblib import parallel_backend
 from sklearn.datasets import load_iris
-from sklearn.model_selection import GridSearchCV
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_info, threadpool_limits
 
