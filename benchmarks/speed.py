@@ -30,6 +30,9 @@ two libraries interleaved run by run so that machine load hits both alike):
    :mod:`benchmarks.scale`.
 7. ``backends`` (not in the default sections): our curvature pass for nn.Linear
    nets against BackPACK's on the same net and data (issue #17's measurement).
+8. ``threads`` (not in the default sections): torch's default threads against
+   sklaplace's thread policy, idle and beside a CPU-bound process; see
+   :mod:`benchmarks.threads`.
 
 Peak memory is the growth of the process's peak resident set size during a
 run (``VmHWM`` reset through ``/proc/self/clear_refs``; Linux only, else
@@ -610,7 +613,7 @@ def add_arguments(parser):
     parser.add_argument("--sections", nargs="+", default=["laplace", "map", "scaling",
                                                           "evidence", "bridge"],
                         choices=["laplace", "map", "scaling", "evidence", "bridge", "scale",
-                                 "backends"])
+                                 "backends", "threads"])
     parser.add_argument("--scale-rows", type=int, nargs="+", default=[100_000],
                         help="scale section: training rows (one table per value)")
     parser.add_argument("--device", default=None,
@@ -631,6 +634,12 @@ def _scale_sections(args, missing, out):
         section_scale(out, n_rows, device, configs, peer=not (missing or args.no_peer))
 
 
+def _threads_section(repeats, out):
+    from .threads import section_threads
+
+    section_threads(repeats, out)
+
+
 def main(args):
     torch.set_num_threads(args.threads)
     missing = laplace_available()
@@ -648,6 +657,7 @@ def main(args):
         "bridge": lambda: section_bridge(args.repeats, out),
         "scale": lambda: _scale_sections(args, missing, out),
         "backends": lambda: section_backends(args.repeats, out),
+        "threads": lambda: _threads_section(args.repeats, out),
     }
     failed = False
     for name in args.sections:

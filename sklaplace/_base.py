@@ -42,6 +42,7 @@ from ._laplace.online import OnlineEvidence
 from ._laplace.prior import (PriorGroups, constant_per_tensor, expand_prior, subset_prior,
                              tensor_sizes)
 from ._laplace.subsets import AllWeights, LastLayer, Subnetwork, _to_module
+from ._threads import seeded
 
 AUTO_FULL_MAX_PARAMS = 5000
 AUTO_LAST_LAYER_FULL_MAX = 2000
@@ -479,7 +480,7 @@ class BaseLaplace(BaseEstimator):
                 sizes += [h * d_in, h]
                 d_in = h
             return sizes
-        with torch.random.fork_rng(devices=[]):
+        with seeded(None):  # torch's global generator, under the lock of threaded fits
             module = clone(net).initialize().module_
         self._check_outputs(output_width(module, X))
         self._all_linear = _all_linear(module, X)

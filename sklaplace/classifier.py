@@ -14,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._laplace import continual
 from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
                     keeps_state_on_failure, validate_numeric, without_zero_weights)
+from ._threads import thread_policy
 from .distributions import LogitGaussianPrediction, binary_probit_proba, probit_link
 
 #: The link approximations of the GLM predictive's class probabilities.
@@ -319,6 +320,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
 
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
+    @thread_policy
     def fit(self, X, y, sample_weight=None):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
 
@@ -409,6 +411,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     @available_if(continual.partial_fit_available)
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
+    @thread_policy
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Continual learning: fit on the first call, update the posterior on later ones.
 
@@ -472,6 +475,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             X_checked, np.searchsorted(known, y_checked), sample_weight)
         return continual.fit_next_task(self, X_checked, y_index, None, sample_weight)
 
+    @thread_policy
     def log_evidence(self, prior_precision=None):
         """Laplace log marginal likelihood at the fitted or given prior precision.
 
@@ -489,6 +493,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         """
         return self._log_evidence(prior_precision, None)
 
+    @thread_policy
     def predict_dist(self, X):
         """The Gaussian over logits of the Laplace predictive.
 
@@ -530,6 +535,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             logit_samples=None if samples is None else samples.cpu().numpy(),
         )
 
+    @thread_policy
     def predict_proba(self, X):
         """Laplace predictive class probabilities, columns in ``classes_`` order.
 
@@ -603,6 +609,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             return log_proba[:, 1] - log_proba[:, 0]
         return log_proba
 
+    @thread_policy
     def predict(self, X):
         """Predict the class of largest Laplace predictive probability.
 
@@ -619,6 +626,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         check_is_fitted(self)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
+    @thread_policy
     def sample_functions(self, X, n_samples=1, random_state=None):
         """Draw logit functions from the posterior.
 

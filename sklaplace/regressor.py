@@ -13,6 +13,7 @@ from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
                     without_zero_weights)
 from ._base import check_positive
 from ._joint import joint_moments, per_output_cov, sample_joint
+from ._threads import thread_policy
 from .distributions import NormalPrediction
 
 
@@ -319,6 +320,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
 
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
+    @thread_policy
     def fit(self, X, y, sample_weight=None):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
 
@@ -423,6 +425,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     @available_if(continual.partial_fit_available)
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
+    @thread_policy
     def partial_fit(self, X, y, sample_weight=None):
         """Continual learning: fit on the first call, update the posterior on later ones.
 
@@ -555,6 +558,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     def _set_sigma_attr(self, sigma, y_scale):
         self.sigma_noise_ = self._sigma_original(sigma)
 
+    @thread_policy
     def log_evidence(self, prior_precision=None, sigma_noise=None):
         """Laplace log marginal likelihood at the fitted or given hyperparameters.
 
@@ -604,6 +608,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             return mean[:, 0], var[:, 0], noise[:, 0]
         return mean, var, noise
 
+    @thread_policy
     def predict_dist(self, X):
         """Normal predictive distribution per row (and output), in the units of y.
 
@@ -621,6 +626,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         mean, var, noise = self._output_moments(X)
         return NormalPrediction(mean=mean, epistemic_var=var, aleatoric_var=noise)
 
+    @thread_policy
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and the predictive std or joint covariance (σ included).
 
@@ -666,6 +672,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         mean, var, noise = self._output_moments(X)
         return (mean, np.sqrt(var + noise)) if return_std else mean
 
+    @thread_policy
     def sample_y(self, X, n_samples=1, random_state=0):
         """Draw targets from the joint predictive, as ``GaussianProcessRegressor.sample_y``.
 
@@ -692,6 +699,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         check_positive("n_samples", n_samples, integer=True)
         return sample_joint(self, X, int(n_samples), random_state)
 
+    @thread_policy
     def sample_functions(self, X, n_samples=1, random_state=None):
         """Draw functions from the posterior, in the units of y (no noise added).
 

@@ -50,3 +50,15 @@ def test_backends_section_compares_equal_curvatures(monkeypatch):
     for line in rows:  # the last column: the largest relative difference of the results
         assert float(line.rstrip(" |").split("|")[-1]) < 1e-10, line
     assert all(np.isfinite(r) and r > 0 for r in ratios.values())
+
+
+def test_threads_section_times_both_settings():
+    from benchmarks.threads import SETTINGS, section_threads
+
+    out = []
+    ratios = section_threads(1, out, n_rows=50, hidden=(8,), epochs=2, n_train=60,
+                             conditions=("idle",))
+    rows = [line for line in out if line.startswith("| ") and " s |" in line]
+    assert len(rows) == len(ratios) == 2
+    assert all(np.isfinite(r) and r > 0 for r in ratios.values())
+    assert len(SETTINGS) == 2 and "| default threads | policy |" in "\n".join(out)

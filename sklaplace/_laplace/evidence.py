@@ -19,6 +19,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .curvature import noise_power
 from .likelihoods import gaussian_log_likelihood
+from .._threads import single_threaded_blas
 
 LOG_PRIOR_BOUNDS = (math.log(1e-4), math.log(1e4))
 
@@ -165,24 +166,6 @@ class Evidence:
         )
 
 
-_BLAS_CONTROLLER = []
-
-
-def _single_threaded_blas():
-    """Limit numpy/scipy's BLAS to one thread while L-BFGS-B runs.
-
-    The optimizer makes many tiny BLAS calls; on a busy machine OpenBLAS's
-    worker threads (spinning between calls) cost more than the work itself
-    (profiled: 55 ms → 15 ms for a scalar δ on a loaded 2-core machine). The
-    controller (a scan of the loaded libraries) is built once per process.
-    """
-    if not _BLAS_CONTROLLER:
-        from threadpoolctl import ThreadpoolController
-
-        _BLAS_CONTROLLER.append(ThreadpoolController())
-    return _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas")
-
-
 def _grouping(expand, n_delta, dtype):
     """The (P,) index with ``expand(v) == v[index]``, or None (0-d or another map).
 
@@ -273,7 +256,7 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
         out = objective(x)
         return out[0] if analytic else out
 
-    with _single_threaded_blas():
+    with single_threaded_blas():
         result = minimize(objective, np.asarray(x0, dtype=float), jac=analytic,
                           method="L-BFGS-B", bounds=bounds,
                           options={"maxiter": 500, "ftol": 1e-14, "gtol": 1e-9})

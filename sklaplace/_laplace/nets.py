@@ -21,6 +21,7 @@ of y and :class:`MAPLoss` (``sample_weight=True``) splits them off; without
 weights nothing changes.
 """
 
+import contextlib
 import inspect
 import itertools
 
@@ -31,6 +32,7 @@ from torch import nn
 
 from . import likelihoods
 from .convergence import fit_net, warn_not_converged
+from .._threads import seeded
 
 DIVERGENCE_FACTOR = 1e3  # final / initial training loss beyond which training diverged
 
@@ -264,6 +266,15 @@ def with_weight_column(y, sample_weight):
     return torch.cat([y.reshape(len(y), -1).to(dtype), column.to(dtype)[:, None]], 1)
 
 
+def draws_only_at_initialization(net):
+    """Whether training ``net`` draws nothing from torch's global generator.
+
+    True for sklaplace's own :class:`MLP` (no dropout) trained without shuffling;
+    any other module may draw in its forward pass (dropout, noise).
+    """
+    return net.module is MLP and not getattr(net, "iterator_train__shuffle", False)
+
+
 def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precision, seed,
               callbacks=(), sample_weight=None, prior=None, init_module=None,
               default_dtype=None, tol=None, n_iter_no_change=10):
@@ -300,8 +311,11 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
         net.set_params(criterion__prior=prior)
     if callbacks:
         net.set_params(callbacks=list(net.callbacks or []) + list(callbacks))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    # Initialization (and the training of any net but sklaplace's own MLP without
+    # shuffling: shuffling, dropout) draws from torch's global generator under this fit's
+    # seed and a process-wide lock, so that fits in threads cannot interleave their draws.
+    with contextlib.ExitStack() as rng:
+        rng.enter_context(seeded(seed))
         net.initialize()
         if init_module is not None:
             net.module_.load_state_dict(init_module.state_dict())
@@ -318,6 +332,8 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
             from skorch.dataset import Dataset
 
             data = (Dataset(Xt, with_weight_column(yt, sample_weight)), None)
+        if draws_only_at_initialization(net):
+            rng.close()  # nothing more to draw: other threads' fits need not wait
         try:
             converged = fit_net(net, *data, tol, n_iter_no_change)
         except KeyError as error:
