@@ -12,6 +12,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._laplace import continual
+from ._laplace.workflow import torch_entry_point
 from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
                     keeps_state_on_failure, validate_numeric, without_zero_weights)
 from .distributions import (LogitGaussianPrediction, binary_probit_proba, centered_logit_var,
@@ -292,6 +293,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
 
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
+    @torch_entry_point
     def fit(self, X, y, sample_weight=None):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
 
@@ -382,6 +384,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     @available_if(continual.partial_fit_available)
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
+    @torch_entry_point
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Continual learning: fit on the first call, update the posterior on later ones.
 
@@ -445,6 +448,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             X_checked, np.searchsorted(known, y_checked), sample_weight)
         return continual.fit_next_task(self, X_checked, y_index, None, sample_weight)
 
+    @torch_entry_point
     def log_evidence(self, prior_precision=None):
         """Laplace log marginal likelihood at the fitted or given prior precision.
 
@@ -462,6 +466,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         """
         return self._log_evidence(prior_precision, None)
 
+    @torch_entry_point
     def predict_dist(self, X):
         """The Gaussian over logits of the Laplace predictive.
 
@@ -503,6 +508,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             logit_samples=None if samples is None else samples.cpu().numpy(),
         )
 
+    @torch_entry_point
     def predict_proba(self, X):
         """Laplace predictive class probabilities, columns in ``classes_`` order.
 
@@ -541,6 +547,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         """:meth:`_held_out_nll` of the ``pred_type="nn"`` predictive of logit draws."""
         return _label_nll(self._sampled_dist(samples).proba(), y)
 
+    @torch_entry_point
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`.
 
@@ -557,6 +564,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
+    @torch_entry_point
     def decision_function(self, X):
         """Compute the log-odds of the Laplace predictive.
 
@@ -578,6 +586,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             return log_proba[:, 1] - log_proba[:, 0]
         return log_proba
 
+    @torch_entry_point
     def predict(self, X):
         """Predict the class of largest Laplace predictive probability.
 
@@ -594,6 +603,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         check_is_fitted(self)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
+    @torch_entry_point
     def sample_functions(self, X, n_samples=1, random_state=None):
         """Draw logit functions from the posterior.
 

@@ -8,6 +8,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._laplace import continual
+from ._laplace.workflow import torch_entry_point
 from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
                     keeps_state_on_failure, positive_array, validate_numeric, weighted_spread,
                     without_zero_weights)
@@ -289,6 +290,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
 
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
+    @torch_entry_point
     def fit(self, X, y, sample_weight=None):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
 
@@ -393,6 +395,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     @available_if(continual.partial_fit_available)
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
+    @torch_entry_point
     def partial_fit(self, X, y, sample_weight=None):
         """Continual learning: fit on the first call, update the posterior on later ones.
 
@@ -525,6 +528,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     def _set_sigma_attr(self, sigma, y_scale):
         self.sigma_noise_ = self._sigma_original(sigma)
 
+    @torch_entry_point
     def log_evidence(self, prior_precision=None, sigma_noise=None):
         """Laplace log marginal likelihood at the fitted or given hyperparameters.
 
@@ -574,6 +578,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             return mean[:, 0], var[:, 0], noise[:, 0]
         return mean, var, noise
 
+    @torch_entry_point
     def predict_dist(self, X):
         """Normal predictive distribution per row (and output), in the units of y.
 
@@ -591,6 +596,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         mean, var, noise = self._output_moments(X)
         return NormalPrediction(mean=mean, epistemic_var=var, aleatoric_var=noise)
 
+    @torch_entry_point
     def predict(self, X, return_std=False):
         """Predictive mean, and with ``return_std`` the predictive std (σ included).
 
@@ -612,6 +618,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         mean, var, noise = self._output_moments(X)
         return (mean, np.sqrt(var + noise)) if return_std else mean
 
+    @torch_entry_point
     def sample_functions(self, X, n_samples=1, random_state=None):
         """Draw functions from the posterior, in the units of y (no noise added).
 
