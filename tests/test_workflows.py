@@ -10,8 +10,13 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sklearn.exceptions import NotFittedError
+from skorch import NeuralNet
+from skorch.callbacks import Callback, EarlyStopping
+from torch import nn
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
+from sklaplace._laplace.nets import MLP
 
 MODES = {
     "outside": None,
@@ -95,3 +100,87 @@ def test_property_predictions_are_the_same_in_every_grad_mode(kind, hidden, stru
     expected = _predictions(fitted, X_test)
     for mode in ("no_grad", "inference_mode"):
         _assert_identical(_in_mode(mode, lambda: _predictions(fitted, X_test)), expected)
+
+
+# ---------------------------------------------------------------- Ctrl-C (item 1)
+class _CtrlC(Callback):
+    """Presses Ctrl-C (a real SIGINT to this process) after a few training batches."""
+
+    started = []  # on_train_begin of every training run (callbacks are copied by clone)
+
+    def __init__(self, after=3):
+        self.after = after
+
+    def on_train_begin(self, net, **kwargs):
+        self.batches_ = 0
+        _CtrlC.started.append(net)
+
+    def on_batch_end(self, net, **kwargs):
+        self.batches_ += 1
+        if self.batches_ == self.after:
+            signal.raise_signal(signal.SIGINT)
+
+
+@pytest.fixture
+def ctrl_c(monkeypatch):
+    """Python's own SIGINT handler (test runners may install another), restored after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    _CtrlC.started.clear()
+    yield _CtrlC
+    signal.signal(signal.SIGINT, previous)
+
+
+def _user_net(*callbacks, max_epochs=40):
+    return NeuralNet(MLP, module__n_features=3, module__n_outputs=2,
+                     module__hidden_layer_sizes=(4,), criterion=nn.CrossEntropyLoss,
+                     optimizer=torch.optim.Adam, lr=0.01, batch_size=8, max_epochs=max_epochs,
+                     train_split=None, callbacks=list(callbacks), verbose=0)
+
+
+def test_ctrl_c_in_training_propagates_and_keeps_the_previous_fit(ctrl_c):
+    """skorch's partial_fit swallowed the KeyboardInterrupt: fit returned normally with a
+    net trained 3 of 40 epochs and the earlier fitted model replaced."""
+    X, y, _ = _data()
+    est = LaplaceClassifier(_user_net(), hyperparameter_tuning="evidence", random_state=0)
+    est.fit(X, y)
+    net_before, expected = est.net_, est.predict_proba(X)
+    est.set_params(net=_user_net(ctrl_c(after=3)))
+    with pytest.raises(KeyboardInterrupt):
+        est.fit(X, y)
+    assert len(ctrl_c.started) == 1
+    assert est.net_ is net_before and len(est.net_.history) == 40
+    np.testing.assert_array_equal(est.predict_proba(X), expected)
+
+
+def test_ctrl_c_under_cv_tuning_does_not_restart_training(ctrl_c):
+    """Under "cv" (two trainings) the interrupt was swallowed and training restarted."""
+    X, y, _ = _data(n=60)
+    est = LaplaceClassifier(_user_net(ctrl_c(after=2)), hyperparameter_tuning="cv",
+                            random_state=0)
+    with pytest.raises(KeyboardInterrupt):
+        est.fit(X, y)
+    assert len(ctrl_c.started) == 1
+    with pytest.raises(NotFittedError):
+        est.predict(X)
+
+
+def test_ctrl_c_in_a_later_partial_fit_keeps_the_earlier_tasks(ctrl_c):
+    X, y, _ = _data()
+    est = LaplaceClassifier(_user_net(), random_state=0).partial_fit(X, y, classes=[0, 1])
+    posterior, expected = est._posterior, est.predict_proba(X)
+    est.set_params(net=_user_net(ctrl_c(after=2)))
+    with pytest.raises(KeyboardInterrupt):
+        est.partial_fit(X[::-1], y[::-1])
+    assert est._posterior is posterior and est.n_tasks_ == 1
+    np.testing.assert_array_equal(est.predict_proba(X), expected)
+
+
+def test_early_stopping_still_ends_training_normally(ctrl_c):
+    """skorch's EarlyStopping ends training by raising KeyboardInterrupt itself: that is
+    no Ctrl-C, and the fit completes."""
+    X, y, _ = _data()
+    stop = EarlyStopping(monitor="train_loss", patience=2, threshold=1e9)
+    est = LaplaceClassifier(_user_net(stop), hyperparameter_tuning="evidence",
+                            random_state=0).fit(X, y)
+    assert len(est.net_.history) == 3  # the first epoch improves, two do not
+    assert est.predict_proba(X).shape == (len(X), 2)

@@ -30,6 +30,7 @@ from skorch import NeuralNet
 from torch import nn
 
 from . import likelihoods
+from .workflow import interrupts_recorded
 
 DIVERGENCE_FACTOR = 1e3  # final / initial training loss beyond which training diverged
 
@@ -300,7 +301,8 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
 
             data = (Dataset(Xt, with_weight_column(yt, sample_weight)), None)
         try:
-            net.partial_fit(*data)
+            with interrupts_recorded() as interrupted:  # skorch swallows Ctrl-C
+                net.partial_fit(*data)
         except KeyError as error:
             if "valid" not in str(error):
                 raise
@@ -310,6 +312,9 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
                 "all over the full training data. Monitor the training loss instead (e.g. "
                 "EarlyStopping(monitor='train_loss')), or hold out validation data yourself."
             ) from error
+    if interrupted:
+        raise KeyboardInterrupt(
+            "MAP training was interrupted (Ctrl-C); the estimator keeps its earlier state.")
     net.criterion_.attach(nn.Module())  # drop the references: nothing to pickle twice
     if prior is not None:  # the earlier tasks' curvature is the estimator's, not the net's
         net.criterion_.prior = None
