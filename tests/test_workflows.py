@@ -184,3 +184,37 @@ def test_early_stopping_still_ends_training_normally(ctrl_c):
                             random_state=0).fit(X, y)
     assert len(est.net_.history) == 3  # the first epoch improves, two do not
     assert est.predict_proba(X).shape == (len(X), 2)
+
+
+# ---------------------------------------------------------------- partial_fit (item 7)
+def test_partial_fit_with_other_hidden_layer_sizes_names_the_parameter():
+    """A size mismatch in load_state_dict (RuntimeError) before."""
+    X, _, y = _data()
+    est = LaplaceRegressor(hidden_layer_sizes=(4,), max_epochs=2, random_state=0)
+    est.partial_fit(X, y)
+    expected = est.predict(X)
+    est.set_params(hidden_layer_sizes=(6,))
+    with pytest.raises(ValueError, match=r"hidden_layer_sizes=\(6,\).*\(4,\)"):
+        est.partial_fit(X, y)
+    np.testing.assert_array_equal(est.predict(X), expected)
+    est.set_params(hidden_layer_sizes=(4,)).partial_fit(X, y)  # the same one goes on
+    assert est.n_tasks_ == 2
+
+
+def test_partial_fit_with_a_net_of_another_module_names_net():
+    X, y, _ = _data()
+    est = LaplaceClassifier(_user_net(max_epochs=2), random_state=0)
+    est.partial_fit(X, y, classes=[0, 1])
+    other = _user_net(max_epochs=2).set_params(module__hidden_layer_sizes=(3, 3))
+    with pytest.raises(ValueError, match=r"^net: .*layers\.0\.weight: \(4, 3\) → \(3, 3\)"):
+        est.set_params(net=other).partial_fit(X, y)
+
+
+def test_a_new_class_in_partial_fit_after_fit_names_fit():
+    X, y, _ = _data()
+    est = LaplaceClassifier(hidden_layer_sizes=(3,), max_epochs=2, random_state=0,
+                            hyperparameter_tuning="evidence", subset_of_weights="all",
+                            hessian_structure="diag").fit(X, y)
+    with pytest.raises(ValueError, match="seen by fit") as error:
+        est.partial_fit(X[:4], [0, 1, 2, 1])
+    assert "first partial_fit" not in str(error.value)
