@@ -28,7 +28,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory, validate_data
 
-from ._laplace import continual, nets
+from ._laplace import continual, nets, workflow
 from ._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobian_bytes,
                                  memory_budget, progress_to)
 from ._laplace.evidence import Evidence, curvature_scale, maximize_evidence
@@ -1094,3 +1094,10 @@ class BaseLaplace(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
         return tags
+
+    # pickles: the fitted tensors in a torch blob, mapped to the CPU where CUDA is absent
+    def __getstate__(self):
+        return workflow.pack_state(super().__getstate__(), self.get_params(deep=False))
+
+    def __setstate__(self, state):
+        super().__setstate__(workflow.unpack_state(state, type(self).__name__))

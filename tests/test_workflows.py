@@ -218,3 +218,54 @@ def test_a_new_class_in_partial_fit_after_fit_names_fit():
     with pytest.raises(ValueError, match="seen by fit") as error:
         est.partial_fit(X[:4], [0, 1, 2, 1])
     assert "first partial_fit" not in str(error.value)
+
+
+# ---------------------------------------------------------------- pickles across devices (item 8)
+def _tensors(obj, depth=6, seen=None):
+    """Every torch tensor reachable from ``obj`` (attributes, containers)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth < 0:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, nn.Module):
+        return list(obj.state_dict().values())
+    if isinstance(obj, dict):
+        items = obj.values()
+    elif isinstance(obj, (list, tuple)):
+        items = obj
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+        items = vars(obj).values()
+    else:
+        return []
+    return [t for item in items for t in _tensors(item, depth - 1, seen)]
+
+
+@pytest.mark.parametrize("kind", ["classifier", "regressor"])
+def test_a_cuda_fit_unpickles_on_the_cpu_with_the_same_numbers(kind, monkeypatch):
+    """A fit whose tensors were stored with a CUDA location (what torch writes for a fit on
+    a GPU; faked here by torch's location tag) failed to unpickle where CUDA is absent
+    ("Attempting to deserialize object on a CUDA device"): its tensors must load onto the
+    CPU and predict the same numbers."""
+    X, y_cls, y_reg = _data()
+    est = (LaplaceClassifier(hidden_layer_sizes=(3,), max_epochs=3, random_state=0,
+                             hyperparameter_tuning="evidence").fit(X, y_cls)
+           if kind == "classifier" else
+           LaplaceRegressor(hidden_layer_sizes=(3,), max_epochs=3, random_state=0,
+                            refine="laplace", hessian_structure="full").fit(X, y_reg))
+    expected = _predictions(est, X)
+    import torch.serialization
+
+    real_tag = torch.serialization.location_tag
+    monkeypatch.setattr(torch.serialization, "location_tag",
+                        lambda storage: "cuda:0" if real_tag(storage) == "cpu" else real_tag(storage))
+    est.net_.device = "cuda"  # what skorch records for a net on the GPU
+    blob = pickle.dumps(est)
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.warns(UserWarning) as record:
+        loaded = pickle.loads(blob)
+    assert any("fitted on 'cuda:0'" in str(w.message) for w in record)
+    assert {t.device.type for t in _tensors(loaded)} == {"cpu"}
+    _assert_identical(_predictions(loaded, X), expected)

@@ -78,41 +78,40 @@ _PACKED = "_sklaplace_fitted_tensors"
 
 def pack_state(state, params):
     """The pickled state: constructor parameters and the skorch net ``net_`` (which
-    pickles its own tensors) as they are, every other attribute in one ``torch.save``
-    blob with the device the LA ran on."""
+    pickles its own tensors, mapping them as below) as they are, every other attribute
+    in one ``torch.save`` blob."""
     moved = {k: v for k, v in state.items() if k not in params and k != "net_"}
     if not moved:
         return state
-    net = state.get("net_")
-    module = getattr(net, "module_", None)
-    device = "cpu"
-    if module is not None:
-        for tensor in module.parameters():
-            device = str(tensor.device)
-            break
     buffer = io.BytesIO()
     torch.save(moved, buffer)
     kept = {k: v for k, v in state.items() if k not in moved}
-    kept[_PACKED] = (device, buffer.getvalue())
+    kept[_PACKED] = buffer.getvalue()
     return kept
 
 
 def unpack_state(state, owner):
-    """The inverse of :func:`pack_state`: tensors of a CUDA fit are mapped to the CPU
-    where torch has no CUDA, with a warning."""
+    """The inverse of :func:`pack_state`: tensors stored on a CUDA device load onto the
+    CPU where torch has no CUDA, with a warning (as skorch maps its net's)."""
     if _PACKED not in state:
         return state
     state = dict(state)
-    device, blob = state.pop(_PACKED)
-    map_location = None
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        map_location = "cpu"
+    mapped = []
+
+    def restore(storage, location):  # storage: deserialized on the CPU
+        if location.startswith("cuda") and not torch.cuda.is_available():
+            mapped.append(location)
+            return storage
+        return None  # torch's default
+
+    state.update(torch.load(io.BytesIO(state.pop(_PACKED)), map_location=restore,
+                            weights_only=False))
+    if mapped:
         warnings.warn(
-            f"This {owner} was fitted on {device!r}, but torch has no CUDA device here: its "
-            "fitted tensors were loaded onto the CPU (predictions are the same numbers). To "
-            "fit it again here, set device='cpu' (and the skorch net's device).",
+            f"This {owner} was fitted on {mapped[0]!r}, but torch has no CUDA device here: "
+            "its fitted tensors were loaded onto the CPU (predictions are the same numbers). "
+            "To fit it again here, set device='cpu' (or the skorch net's device).",
             UserWarning)
-    state.update(torch.load(io.BytesIO(blob), map_location=map_location, weights_only=False))
     return state
 
 
