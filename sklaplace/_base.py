@@ -29,7 +29,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory, validate_data
 
-from ._laplace import continual, nets
+from ._laplace import continual, nets, workflow
 from ._laplace.convergence import training_curve
 from ._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobian_bytes,
                                  memory_budget, progress_to)
@@ -805,7 +805,9 @@ class BaseLaplace(BaseEstimator):
             self._posterior = self._gp_posterior(subset, likelihood, Xt, yt, out_scale, wt,
                                                  delta, sigma)
         if self.refine is not None and validation is None:  # not on the "cv" choice pass
-            self._refine(structure, likelihood, Xt, yt, wt, delta, sigma, out_scale, n_out)
+            evidence, delta, sigma = self._refine(structure, likelihood, Xt, yt, wt, sigma,
+                                                  vector_sigma, n_out, evidence.rebuild,
+                                                  y_model, sample_weight)
         with torch.no_grad():
             log_ev = float(evidence(delta, sigma))
         self.log_evidence_ = log_ev + self._evidence_offset(y_scale, n_rows)
@@ -834,18 +836,27 @@ class BaseLaplace(BaseEstimator):
         return compute_posterior("full", subset, likelihood, X[rows], y[rows], out_scale,
                                  self.curvature, weight=scaled)
 
-    def _refine(self, structure, likelihood, X, y, weight, delta, sigma, out_scale, n_out):
+    def _refine(self, structure, likelihood, X, y, weight, sigma, vector_sigma, n_out, rebuild,
+                y_model, sample_weight):
         """GLM posterior refinement (``refine``, see :mod:`sklaplace._laplace.refine`) at the
-        chosen prior and noise; replaces the prediction subset and posterior."""
-        from ._laplace.refine import refine_posterior
+        chosen prior and noise, or with ``"evidence"`` tuning at the prior and noise tuned
+        at the refined mode (:mod:`sklaplace._laplace.refined_evidence`); replaces the
+        prediction subset, posterior, evidence and hyperparameters. Returns (evidence,
+        δ of the Laplace weights, σ)."""
+        from ._laplace.refined_evidence import refine_and_tune
 
-        self._subset, self._posterior, info = refine_posterior(
-            self.refine, structure, self._subset, likelihood, X, y, weight, delta,
-            float(self._curvature_scale(sigma)), out_scale, n_out,
-            random_state=self._prediction_seed, log=self._log)
+        base = self._subset
+        prior, sigma, self._subset, self._posterior, info, evidence = refine_and_tune(
+            self, base, structure, likelihood, X, y, weight, n_out, self.prior_precision_,
+            sigma, vector_sigma, rebuild, y_model, sample_weight,
+            tune=self.hyperparameter_tuning_ == "evidence")
+        arr = np.asarray(prior, dtype=float)
+        self.prior_precision_ = float(arr) if arr.ndim == 0 else arr
+        self._evidence, self._sigma_fit = evidence, sigma
         self.refine_objective_init_ = info["objective_init"]
         self.refine_objective_ = info["objective"]
         self.refine_n_iter_ = info["n_iter"]
+        return evidence, subset_prior(self.prior_precision_, base), sigma
 
     def _check_time(self, structure, n_rows, n_out, n_params):
         """Warn before a full / low-rank curvature estimated beyond the time budget."""
@@ -1176,3 +1187,10 @@ class BaseLaplace(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
         return tags
+
+    # pickles: the fitted tensors in a torch blob, mapped to the CPU where CUDA is absent
+    def __getstate__(self):
+        return workflow.pack_state(super().__getstate__(), self.get_params(deep=False))
+
+    def __setstate__(self, state):
+        super().__setstate__(workflow.unpack_state(state, type(self).__name__))

@@ -12,6 +12,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._laplace import continual
+from ._laplace.workflow import torch_entry_point
 from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
                     keeps_state_on_failure, validate_numeric, without_zero_weights)
 from ._threads import thread_policy
@@ -321,6 +322,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
     @thread_policy
+    @torch_entry_point
     def fit(self, X, y, sample_weight=None):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
 
@@ -412,6 +414,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
     @thread_policy
+    @torch_entry_point
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Continual learning: fit on the first call, update the posterior on later ones.
 
@@ -476,6 +479,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return continual.fit_next_task(self, X_checked, y_index, None, sample_weight)
 
     @thread_policy
+    @torch_entry_point
     def log_evidence(self, prior_precision=None):
         """Laplace log marginal likelihood at the fitted or given prior precision.
 
@@ -494,6 +498,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return self._log_evidence(prior_precision, None)
 
     @thread_policy
+    @torch_entry_point
     def predict_dist(self, X):
         """The Gaussian over logits of the Laplace predictive.
 
@@ -536,6 +541,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         )
 
     @thread_policy
+    @torch_entry_point
     def predict_proba(self, X):
         """Laplace predictive class probabilities, columns in ``classes_`` order.
 
@@ -572,6 +578,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         """:meth:`_held_out_nll` of the ``pred_type="nn"`` predictive of logit draws."""
         return _label_nll(self._sampled_dist(samples).proba(), y)
 
+    @torch_entry_point
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`.
 
@@ -588,6 +595,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
+    @torch_entry_point
     def decision_function(self, X):
         """Compute the log-odds of the Laplace predictive.
 
@@ -610,6 +618,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return log_proba
 
     @thread_policy
+    @torch_entry_point
     def predict(self, X):
         """Predict the class of largest Laplace predictive probability.
 
@@ -627,6 +636,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     @thread_policy
+    @torch_entry_point
     def sample_functions(self, X, n_samples=1, random_state=None):
         """Draw logit functions from the posterior.
 

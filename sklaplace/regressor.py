@@ -8,6 +8,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._laplace import continual
+from ._laplace.workflow import torch_entry_point
 from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
                     keeps_state_on_failure, positive_array, validate_numeric, weighted_spread,
                     without_zero_weights)
@@ -321,6 +322,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
     @thread_policy
+    @torch_entry_point
     def fit(self, X, y, sample_weight=None):
         """Train the network to the MAP, fit the Laplace approximation and tune it.
 
@@ -426,6 +428,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
     @thread_policy
+    @torch_entry_point
     def partial_fit(self, X, y, sample_weight=None):
         """Continual learning: fit on the first call, update the posterior on later ones.
 
@@ -559,6 +562,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         self.sigma_noise_ = self._sigma_original(sigma)
 
     @thread_policy
+    @torch_entry_point
     def log_evidence(self, prior_precision=None, sigma_noise=None):
         """Laplace log marginal likelihood at the fitted or given hyperparameters.
 
@@ -609,6 +613,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         return mean, var, noise
 
     @thread_policy
+    @torch_entry_point
     def predict_dist(self, X):
         """Normal predictive distribution per row (and output), in the units of y.
 
@@ -627,6 +632,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         return NormalPrediction(mean=mean, epistemic_var=var, aleatoric_var=noise)
 
     @thread_policy
+    @torch_entry_point
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and the predictive std or joint covariance (σ included).
 
@@ -673,6 +679,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         return (mean, np.sqrt(var + noise)) if return_std else mean
 
     @thread_policy
+    @torch_entry_point
     def sample_y(self, X, n_samples=1, random_state=0):
         """Draw targets from the joint predictive, as ``GaussianProcessRegressor.sample_y``.
 
@@ -700,6 +707,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         return sample_joint(self, X, int(n_samples), random_state)
 
     @thread_policy
+    @torch_entry_point
     def sample_functions(self, X, n_samples=1, random_state=None):
         """Draw functions from the posterior, in the units of y (no noise added).
 

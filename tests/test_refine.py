@@ -522,7 +522,9 @@ def test_default_tuning_with_refine_predicts_well_on_held_out_data(refine, struc
     clf = LaplaceClassifier(refine=refine, hessian_structure=structure, random_state=0)
     clf.fit(X_train, y_train)
     assert clf.hyperparameter_tuning_ == "evidence"
-    assert log_loss(y_test, clf.predict_proba(X_test)) < 0.2
+    # δ tuned at the refined mode (#35): diagonal vi 0.175 → 0.212, diagonal laplace
+    # 0.330 → 0.293 on this split (δ 2.8 → 6.0); the failure guarded against is 6.8
+    assert log_loss(y_test, clf.predict_proba(X_test)) < 0.25
 
 
 def test_refine_with_cv_tuning_is_refused_by_the_regressor():
@@ -582,3 +584,59 @@ def test_refine_with_auto_structure_beyond_the_full_budget_takes_the_diagonal(
     est.fit(X, y if Estimator is LaplaceClassifier else y.astype(float))
     assert (est.subset_of_weights_, est.hessian_structure_) == ("all", "diag")
     assert est.refine_objective_ >= est.refine_objective_init_
+
+
+def _blr_log_marginal(Xb, y, delta, sigma):
+    """Exact log p(y) of Bayesian linear regression y = Xb θ + ε, θ ~ N(0, δ⁻¹I), ε ~ N(0, σ²)."""
+    K = sigma**2 * np.eye(len(y)) + Xb @ Xb.T / delta
+    _, logdet = np.linalg.slogdet(K)
+    return -0.5 * (y @ np.linalg.solve(K, y) + logdet + len(y) * np.log(2 * np.pi))
+
+
+def _linear_regression_data(seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.randn(40, 3)
+    y = X @ np.array([1.5, -2.0, 0.5]) + 0.3 + 0.4 * rng.randn(40)
+    return X, y, np.hstack([X, np.ones((40, 1))]), rng.randn(4)  # θ far from the mode
+
+
+@pytest.mark.parametrize("method", ["laplace", "vi"])
+def test_refined_log_evidence_of_linear_regression_is_the_exact_marginal_likelihood(method):
+    """The refined posterior is exact, so is its evidence: log_evidence_ was the Laplace
+    evidence at the (unconverged) weights of the net (−579.9 against the exact −44.9)."""
+    X, y, Xb, theta = _linear_regression_data()
+    reg = LaplaceRegressor(_frozen(3, 1, criterion=nn.MSELoss, theta=theta), refine=method,
+                           hessian_structure="full", sigma_noise=0.5, normalize_y=False,
+                           **COMMON).fit(X, y)
+    exact = _blr_log_marginal(Xb, y, DELTA, 0.5)
+    assert reg.log_evidence_ == pytest.approx(exact, rel=1e-10)
+    assert reg.log_evidence() == pytest.approx(exact, rel=1e-10)
+
+
+@pytest.mark.parametrize("method", ["laplace", "vi"])
+def test_evidence_tuning_with_refine_is_the_exact_type_ii_maximum_likelihood(method):
+    """δ and σ were tuned at the net's weights (δ = 8.6, σ = 2.2 against the exact 0.61 /
+    0.37 on the issue's data, intervals ~6× too wide); tuned at the refined mode until they
+    stop moving they are the maximum of the exact marginal likelihood."""
+    from scipy.optimize import minimize
+
+    X, y, Xb, theta = _linear_regression_data()
+    best = minimize(lambda x: -_blr_log_marginal(Xb, y, *np.exp(x)), [0.0, 0.0],
+                    method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-14,
+                                                   "maxiter": 4000})
+    delta, sigma = np.exp(best.x)
+    reg = LaplaceRegressor(_frozen(3, 1, criterion=nn.MSELoss, theta=theta), refine=method,
+                           hessian_structure="full", subset_of_weights="all",
+                           hyperparameter_tuning="evidence", normalize_y=False).fit(X, y)
+    assert reg.prior_precision_ == pytest.approx(delta, rel=1e-5)
+    assert reg.sigma_noise_ == pytest.approx(sigma, rel=1e-5)
+    assert reg.log_evidence_ == pytest.approx(
+        _blr_log_marginal(Xb, y, reg.prior_precision_, reg.sigma_noise_), rel=1e-10)
+    assert reg.log_evidence_ >= -best.fun - 1e-9
+    # and the predictive is the exact posterior predictive at those hyperparameters
+    cov = np.linalg.inv(Xb.T @ Xb / reg.sigma_noise_**2 + reg.prior_precision_ * np.eye(4))
+    mean, std = reg.predict(X[:5], return_std=True)
+    np.testing.assert_allclose(mean, Xb[:5] @ cov @ Xb.T @ y / reg.sigma_noise_**2, rtol=1e-8)
+    np.testing.assert_allclose(
+        std, np.sqrt(np.einsum("np,pq,nq->n", Xb[:5], cov, Xb[:5]) + reg.sigma_noise_**2),
+        rtol=1e-8)

@@ -107,9 +107,12 @@ def check_classes(estimator, classes, y, first):
                 f"(or in fit), classes_={known!r}.")
     unseen = np.setdiff1d(np.asarray(y), known)
     if unseen.size:
+        after_fit = not first and "n_tasks_" not in estimator.__dict__
         raise ValueError(
             f"y contains labels {unseen.tolist()!r} that are not in classes {known.tolist()!r} "
-            "given to the first partial_fit call.")
+            + ("seen by fit (partial_fit after fit continues with fit's classes; fit on all "
+               "the labels, or start over with partial_fit(X, y, classes=all labels))."
+               if after_fit else "given to the first partial_fit call."))
     return known
 
 
@@ -402,6 +405,9 @@ def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
     sigma0 = estimator._initial_sigma(estimator._n_model_outputs) if tuning is None else sigma_train
     theta_prev = estimator._subset.theta.detach().clone()
     net, frozen, _ = estimator._prepare_net(X.shape[1], estimator._n_model_outputs)
+    from .workflow import check_same_architecture
+
+    check_same_architecture(estimator, net, frozen)
     if frozen is None:
         rng = check_seed("random_state", estimator.random_state)
         seed = int(rng.randint(0, 2**31 - 1, size=n_tasks + 3)[-1])

@@ -33,6 +33,7 @@ from torch import nn
 from . import likelihoods
 from .convergence import fit_net, warn_not_converged
 from .._threads import seeded
+from .workflow import interrupts_recorded
 
 DIVERGENCE_FACTOR = 1e3  # final / initial training loss beyond which training diverged
 
@@ -335,7 +336,8 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
         if draws_only_at_initialization(net):
             rng.close()  # nothing more to draw: other threads' fits need not wait
         try:
-            converged = fit_net(net, *data, tol, n_iter_no_change)
+            with interrupts_recorded() as interrupted:  # skorch swallows Ctrl-C
+                converged = fit_net(net, *data, tol, n_iter_no_change)
         except KeyError as error:
             if "valid" not in str(error):
                 raise
@@ -345,6 +347,9 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
                 "all over the full training data. Monitor the training loss instead (e.g. "
                 "EarlyStopping(monitor='train_loss')), or hold out validation data yourself."
             ) from error
+    if interrupted:
+        raise KeyboardInterrupt(
+            "MAP training was interrupted (Ctrl-C); the estimator keeps its earlier state.")
     net.criterion_.attach(nn.Module())  # drop the references: nothing to pickle twice
     if prior is not None:  # the earlier tasks' curvature is the estimator's, not the net's
         net.criterion_.prior = None

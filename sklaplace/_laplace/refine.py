@@ -713,7 +713,9 @@ def refine_posterior(method, structure, subset, likelihood, X, y, weight, delta,
     curvature scale, ``out_scale`` (C,) the per-output noise scale of a Gaussian
     likelihood (ones otherwise), ``weight`` (N,) row weights or None. ``info`` holds
     the objective at the unrefined and the refined posterior (the GLM's log joint at
-    θ* and at its mode for ``"laplace"``, the ELBO for ``"vi"``) and the iterations.
+    θ* and at its mode for ``"laplace"``, the ELBO for ``"vi"``), the iterations, and
+    for the refined Laplace evidence the refined mean ``theta``, the GLM's ``outputs``
+    there and its ``curvature`` (the GGN there, a structure without prior).
     """
     if structure not in STRUCTURES:
         raise ValueError(
@@ -728,14 +730,19 @@ def refine_posterior(method, structure, subset, likelihood, X, y, weight, delta,
             before = log_joint(glm, glm.theta_star, delta_p)
             theta, n_iter = _mode(method, glm, delta_p, glm.theta_star)
             after = log_joint(glm, theta, delta_p)
-            F = glm.factors(glm.outputs(theta))
-            posterior = glm.curvature_posterior(F, structure).with_prior(delta, s)
+            outputs = glm.outputs(theta)
+            curvature = glm.curvature_posterior(glm.factors(outputs), structure)
+            posterior = curvature.with_prior(delta, s)
         else:
             generator = torch.Generator().manual_seed(int(random_state))
             q, before, after, n_iter = natural_gradient_vi(glm, delta, structure, generator)
             theta = q.m
             posterior = q.posterior()
+            outputs = glm.outputs(theta)
+            curvature = glm.curvature_posterior(glm.factors(outputs), structure)
     log(f"refine={method!r} ({structure}): objective {before:.6g} → {after:.6g} in "
         f"{n_iter} iterations")
-    info = {"objective_init": float(before), "objective": float(after), "n_iter": int(n_iter)}
+    info = {"objective_init": float(before), "objective": float(after), "n_iter": int(n_iter),
+            # the GLM's Laplace evidence at the refined mean (refined_evidence.py)
+            "theta": theta, "outputs": outputs, "curvature": curvature}
     return RefinedSubset(subset, theta), posterior, info
