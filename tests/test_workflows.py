@@ -29,7 +29,8 @@ MODES = {
 def _data(n=40, seed=0):
     rng = np.random.RandomState(seed)
     X = rng.randn(n, 3)
-    return X, (X[:, 0] + 0.3 * rng.randn(n) > 0).astype(int), X @ [1.0, -1.0, 0.5] + 0.1 * rng.randn(n)
+    labels = (X[:, 0] + 0.3 * rng.randn(n) > 0).astype(int)
+    return X, labels, X @ [1.0, -1.0, 0.5] + 0.1 * rng.randn(n)
 
 
 def _in_mode(mode, call):
@@ -258,8 +259,8 @@ def test_a_cuda_fit_unpickles_on_the_cpu_with_the_same_numbers(kind, monkeypatch
     import torch.serialization
 
     real_tag = torch.serialization.location_tag
-    monkeypatch.setattr(torch.serialization, "location_tag",
-                        lambda storage: "cuda:0" if real_tag(storage) == "cpu" else real_tag(storage))
+    monkeypatch.setattr(torch.serialization, "location_tag", lambda storage: (
+        "cuda:0" if real_tag(storage) == "cpu" else real_tag(storage)))
     est.net_.device = "cuda"  # what skorch records for a net on the GPU
     blob = pickle.dumps(est)
     monkeypatch.undo()
