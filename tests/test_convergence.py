@@ -73,6 +73,17 @@ def test_user_net_gets_the_rule_and_the_attributes():
     assert "sklaplace_convergence" not in dict(est.net_.callbacks_)  # not left on the net
 
 
+def test_frozen_net_reports_the_training_it_came_with():
+    from sklearn.frozen import FrozenEstimator
+
+    X, y = linear_data()
+    net = NeuralNetRegressor(nn.Linear(3, 1), max_epochs=3, train_split=None, verbose=0).fit(
+        X.astype(np.float32), y[:, None].astype(np.float32))
+    est = LaplaceRegressor(FrozenEstimator(net)).fit(X, y)
+    assert est.n_iter_ == 3
+    np.testing.assert_array_equal(est.loss_curve_, net.history[:, "train_loss"])
+
+
 def test_partial_fit_records_its_own_training():
     X, y = linear_data()
     est = LaplaceRegressor(max_epochs=400, tol=1e-3, n_iter_no_change=5,
