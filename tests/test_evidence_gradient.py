@@ -227,7 +227,8 @@ def test_layerwise_tuning_moves_the_prior_on_a_two_logit_net(activation, seed):
             torch.manual_seed(seed)
             fits[prior_structure] = LaplaceClassifier(
                 net=_skorch_net(activation, 5), hessian_structure="full", subset_of_weights="all",
-                prior_structure=prior_structure, random_state=seed,
+                prior_structure=prior_structure, hyperparameter_tuning="evidence",
+                random_state=seed,
                 tol=None).fit(X, y)  # 5 epochs on purpose: the warnings are the evidence's
     layerwise, scalar = fits["layerwise"], fits["scalar"]
     assert layerwise.prior_precision_.shape == (4,)

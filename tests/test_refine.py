@@ -524,8 +524,9 @@ def test_default_tuning_with_refine_predicts_well_on_held_out_data(refine, struc
     clf.fit(X_train, y_train)
     assert clf.hyperparameter_tuning_ == "evidence"
     # δ tuned at the refined mode (#35): diagonal vi 0.175 → 0.212, diagonal laplace
-    # 0.330 → 0.293 on this split (δ 2.8 → 6.0); the failure guarded against is 6.8
-    assert log_loss(y_test, clf.predict_proba(X_test)) < 0.25
+    # 0.330 → 0.293 on this split (δ 2.8 → 6.0); with converged training (#33) and the
+    # mean-field probit (#32) diagonal vi 0.266. The failure guarded against is 6.8
+    assert log_loss(y_test, clf.predict_proba(X_test)) < 0.3
 
 
 def test_refine_with_cv_tuning_is_refused_by_the_regressor():
