@@ -29,7 +29,7 @@ import torch
 from skorch import NeuralNet
 from torch import nn
 
-from . import likelihoods
+from . import likelihoods, progress
 
 DIVERGENCE_FACTOR = 1e3  # final / initial training loss beyond which training diverged
 
@@ -281,6 +281,9 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
         net.set_params(criterion__prior=prior)
     if callbacks:
         net.set_params(callbacks=list(net.callbacks or []) + list(callbacks))
+    callbacks_param, shown = net.callbacks, progress.epoch_callbacks()  # verbose: the epochs
+    if shown:
+        net.set_params(callbacks=list(net.callbacks or []) + shown)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         net.initialize()
@@ -310,6 +313,7 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
                 "all over the full training data. Monitor the training loss instead (e.g. "
                 "EarlyStopping(monitor='train_loss')), or hold out validation data yourself."
             ) from error
+    progress.drop_callbacks(net, shown, callbacks_param)
     net.criterion_.attach(nn.Module())  # drop the references: nothing to pickle twice
     if prior is not None:  # the earlier tasks' curvature is the estimator's, not the net's
         net.criterion_.prior = None
