@@ -522,8 +522,11 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         """
         check_is_fitted(self)
         Xt = self._X_tensor(X)
-        if self.pred_type in ("glm", "gp"):  # moments and link per row chunk
-            return self._per_chunk(Xt, self._link_proba, self._link_row_bytes())
+        if self.pred_type in ("glm", "gp"):
+            # moments per row chunk (their buffers freed but the (rows, C, C) covariance),
+            # then the link by blocks of those rows within the chunk size again
+            C = self._n_model_outputs
+            return self._per_chunk(Xt, self._proba_from_moments, 8 * C * C)
         link_bytes = self._link_row_bytes(self.n_samples)
         return self._nn_per_chunk(Xt, lambda s: self._sampled_dist(s).proba(), link_bytes)
 
