@@ -29,7 +29,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory, validate_data
 
-from ._laplace import continual, nets, workflow
+from ._laplace import continual, nets, progress, workflow
 from ._laplace.convergence import training_curve
 from ._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobian_bytes,
                                  memory_budget, progress_to)
@@ -300,6 +300,25 @@ def output_width(module, X):
     return int(out.reshape(x.shape[0], -1).shape[1])
 
 
+def fill_rows(out, part, rows, n_rows):
+    """Write the result ``part`` of the row slice ``rows`` into ``out`` (arrays, or tuples
+    of arrays; torch or numpy), allocated for all ``n_rows`` rows on the first chunk.
+
+    Chunked predictions write into one output instead of concatenating a list of
+    parts: no small allocations stay behind between the chunks' large temporaries, so
+    the allocator reuses their memory instead of growing the heap chunk by chunk.
+    """
+    if isinstance(part, tuple):
+        return tuple(fill_rows(o, p, rows, n_rows)
+                     for o, p in zip((None,) * len(part) if out is None else out, part))
+    if out is None:
+        shape = (n_rows, *part.shape[1:])
+        out = (torch.empty(shape, dtype=part.dtype, device=part.device)
+               if isinstance(part, torch.Tensor) else np.empty(shape, dtype=part.dtype))
+    out[rows] = part
+    return out
+
+
 def keeps_state_on_failure(fit):
     """Decorate ``fit``/``partial_fit``: a call that raises leaves the estimator as it was
     (fitted by the earlier call, or not fitted), never half updated: a refit failing in
@@ -411,9 +430,11 @@ class BaseLaplace(BaseEstimator):
         """(uninitialized net copy or None, frozen fitted net or None, likelihood or None)."""
         net = self.net
         if net is None:
+            # skorch's epoch table from verbose=2 on; verbose=1 shows a progress indication
             return (nets.default_net(n_features, n_outputs, self.hidden_layer_sizes,
-                                     self.max_epochs, self.lr, self.batch_size, self.verbose,
-                                     device=self.device, solver=self.solver),
+                                     self.max_epochs, self.lr, self.batch_size,
+                                     int(self.verbose >= 2), device=self.device,
+                                     solver=self.solver),
                     None, None)
         from skorch import NeuralNet
 
@@ -537,7 +558,8 @@ class BaseLaplace(BaseEstimator):
             w_fit, w_val = ((None, None) if sample_weight is None
                             else (sample_weight[fit_rows], sample_weight[held_out]))
             self._train(net, frozen, X[fit_rows], y_model[fit_rows], sizes, sigma0, train_seed,
-                        w_fit)
+                        w_fit, what=f"MAP training on {len(fit_rows)} of {len(X)} rows "
+                                    f"({len(held_out)} held out to tune δ)")
             self._fit_laplace(X[fit_rows], y_model[fit_rows], sigma0, y_scale,
                               validation=(X[held_out], y_model[held_out], w_val),
                               sample_weight=w_fit)
@@ -548,15 +570,20 @@ class BaseLaplace(BaseEstimator):
         # objective over more rows), so it is a short continuation, not a second training
         self._train(net, frozen, X, y_model, sizes, sigma0, train_seed, sample_weight,
                     init_module=None if chosen is None or frozen is not None
-                    else self.net_.module_)
+                    else self.net_.module_,
+                    what=f"MAP training on all {len(X)} rows")
         self._fit_laplace(X, y_model, sigma0, y_scale, chosen=chosen, sample_weight=sample_weight)
         return self
 
     def _train(self, net, frozen, X, y_model, sizes, sigma0, seed, sample_weight=None,
-               init_module=None):
+               init_module=None, what="MAP training"):
         """``net_``: the frozen net, or a copy of ``net`` trained to the MAP on (X, y)
-        (starting from the weights of ``init_module`` when given)."""
+        (starting from the weights of ``init_module`` when given).
+
+        ``verbose``: one line ``what`` with the epochs and the time, and the epochs'
+        progress while it runs longer than a few seconds (``_laplace.progress``)."""
         if frozen is not None:
+            self._log(f"{what}: none, the FrozenEstimator's net keeps its weights")
             # skorch leaves a net in train mode after fit; the LA reads it in inference mode
             # (dropout off, batch-norm statistics fixed), as skorch's own predict sets it
             frozen.module_.eval()
@@ -568,6 +595,8 @@ class BaseLaplace(BaseEstimator):
         extra = {} if sample_weight is None else {"sample_weight": sample_weight}
         if init_module is not None:
             extra["init_module"] = init_module
+        shown = progress.Progress(net.max_epochs, what, self._log) if self.verbose else None
+        token = progress.show_epochs(shown)
         try:
             self.net_ = train(
                 clone(net), X, y_model, likelihood=self._likelihood.name,
@@ -585,6 +614,9 @@ class BaseLaplace(BaseEstimator):
                 "memory= keys the MAP training on a hash of its arguments, and the net's "
                 f"parameters cannot be pickled ({error.args[0]}). Use memory=None, or module "
                 "parameters that pickle (no lambdas or local functions).") from error
+        finally:
+            seconds = progress.stop_epochs(token, shown)
+        self._log(f"{what}: {len(self.net_.history)} epochs in {seconds:.2f} s")
         self.net_.module_.eval()  # inference mode from here on, as skorch's predict leaves it
         self.n_iter_, self.loss_curve_ = training_curve(self.net_)
 
@@ -752,6 +784,7 @@ class BaseLaplace(BaseEstimator):
         evidence = continual.task_evidence(evidence, continual.current_task(self), n_rows)
 
         prior, sigma = self.prior_precision, sigma_init
+        tuning_start = time.perf_counter()
         if chosen is not None:
             prior, sigma = chosen
         elif validation is not None:
@@ -792,6 +825,9 @@ class BaseLaplace(BaseEstimator):
                 prior, sigma = self._tune(evidence, subset, sigma, y_model, sample_weight)
         arr = np.asarray(prior, dtype=float)
         self.prior_precision_ = float(arr) if arr.ndim == 0 else arr
+        if chosen is None and self.hyperparameter_tuning_ is not None:
+            how = "held-out NLL" if validation is not None else self.hyperparameter_tuning_
+            self._log(f"tuning ({how}) in {time.perf_counter() - tuning_start:.2f} s")
         self._log(f"prior_precision_ = {np.array2string(arr, precision=4)}")
         delta = subset_prior(self.prior_precision_, subset)
         if vector_sigma:  # the curvature depends on a per-output σ: recompute it at the optimum
@@ -805,9 +841,10 @@ class BaseLaplace(BaseEstimator):
             self._posterior = self._gp_posterior(subset, likelihood, Xt, yt, out_scale, wt,
                                                  delta, sigma)
         if self.refine is not None and validation is None:  # not on the "cv" choice pass
-            evidence, delta, sigma = self._refine(structure, likelihood, Xt, yt, wt, sigma,
-                                                  vector_sigma, n_out, evidence.rebuild,
-                                                  y_model, sample_weight)
+            with progress.stage(self._log, f"refinement ({self.refine})"):
+                evidence, delta, sigma = self._refine(structure, likelihood, Xt, yt, wt, sigma,
+                                                      vector_sigma, n_out, evidence.rebuild,
+                                                      y_model, sample_weight)
         with torch.no_grad():
             log_ev = float(evidence(delta, sigma))
         self.log_evidence_ = log_ev + self._evidence_offset(y_scale, n_rows)
@@ -987,7 +1024,11 @@ class BaseLaplace(BaseEstimator):
         deltas = 10.0 ** LOG10_PRIOR_GRID[::4]
         scale = float(self._curvature_scale(sigma))
         losses = []
+        shown = progress.Progress(len(deltas), "held-out tuning of the refined predictive",
+                                  self._log) if self.verbose else None
         for value in deltas:
+            if shown is not None:
+                shown.update(unit="decade of δ")
             refined, posterior, _ = refine_posterior(
                 self.refine, structure, self._subset, likelihood, X, y, weight,
                 subset_prior(float(value), self._subset), scale, out_scale, n_out,
@@ -998,6 +1039,8 @@ class BaseLaplace(BaseEstimator):
                         self._draw_outputs(posterior, refined, Xv), yv))
                 else:
                     losses.append(self._held_out_nll(*refined.moments(Xv, posterior), yv))
+        if shown is not None:
+            shown.close()
         chosen = one_standard_error_choice(losses, w_val)
         warn_at_grid_bound(chosen, deltas)
         self.validation_nll_ = float(np.average(losses[chosen], weights=w_val))
@@ -1139,32 +1182,76 @@ class BaseLaplace(BaseEstimator):
             return torch.from_numpy(X).to(device)
         return torch.tensor(np.ascontiguousarray(X), dtype=torch.float64, device=device)
 
-    def _row_chunks(self, n_rows, moments=False):
+    def _row_chunks(self, n_rows, moments=False, extra_row_bytes=0):
+        """Row slices whose buffers (the subset's and posterior's per row, plus
+        ``extra_row_bytes``, e.g. the link's) fit the prediction chunk of the device."""
         per_row = self._subset.row_bytes(self._n_model_outputs, moments, self._posterior)
-        device = self._la_device
-        chunk = PREDICT_CHUNK_BYTES if device.type == "cpu" else min(
-            CUDA_PREDICT_CHUNK_BYTES, memory_budget(device) // 4)
-        size = max(1, chunk // per_row)
+        size = max(1, self._chunk_bytes() // (per_row + extra_row_bytes))
         return [slice(s, min(s + size, n_rows)) for s in range(0, n_rows, size)]
+
+    def _chunk_bytes(self):
+        """The prediction chunk: cache-sized on the CPU, larger on CUDA (within its budget)."""
+        device = self._la_device
+        return PREDICT_CHUNK_BYTES if device.type == "cpu" else min(
+            CUDA_PREDICT_CHUNK_BYTES, memory_budget(device) // 4)
 
     def _glm_moments(self, Xt):
         """MAP outputs (n, C) and functional covariance J Σ Jᵀ (n, C, C)."""
+        return self._per_chunk(Xt, lambda f, cov: (f, cov))
+
+    def _per_chunk(self, Xt, fn, extra_row_bytes=0):
+        """``fn(f, cov)`` of the GLM moments of each row chunk, concatenated by rows.
+
+        Jacobians, functional covariance and ``fn`` (a link, the variances) run on one
+        chunk at a time: only ``fn``'s results (arrays, or tuples of them) exist for all
+        rows. ``extra_row_bytes``: what ``fn`` allocates per row, in the chunk's budget.
+        """
+        out = None
         with torch.no_grad():
-            parts = [self._subset.moments(Xt[sl], self._posterior)
-                     for sl in self._row_chunks(len(Xt), moments=True)]
-        if len(parts) == 1:
-            return parts[0]
-        return torch.cat([f for f, _ in parts]), torch.cat([cov for _, cov in parts])
+            for sl in self._row_chunks(len(Xt), True, extra_row_bytes):
+                part = fn(*self._subset.moments(Xt[sl], self._posterior))
+                out = fill_rows(out, part, sl, len(Xt))
+        return out
+
+    def _by_rows(self, fn, arrays, row_bytes):
+        """``fn(*arrays)`` over blocks of rows of ``arrays`` whose ``row_bytes`` per row fit
+        the CPU's prediction chunk (links run in numpy), concatenated by rows."""
+        n, size = len(arrays[0]), max(1, PREDICT_CHUNK_BYTES // row_bytes)
+        if n <= size:
+            return fn(*arrays)
+        out = None
+        for start in range(0, n, size):
+            rows = slice(start, min(start + size, n))
+            out = fill_rows(out, fn(*(a[rows] for a in arrays)), rows, n)
+        return out
+
+    def _nn_per_chunk(self, Xt, fn, extra_row_bytes=0):
+        """``fn(samples)`` of the network outputs (S, rows, C) at ``n_samples`` weight
+        samples, per row chunk, concatenated by rows; the weight samples are drawn once
+        (the prediction seed), so the result does not depend on the chunks."""
+        with torch.no_grad():
+            eps = self._posterior.sample(self.n_samples, self._generator())
+        # per row: the outputs at every sample and what fn makes of them (the network's
+        # activations exist for one sample at a time)
+        per_row = 8 * self.n_samples * self._n_model_outputs + extra_row_bytes
+        size, n, out = max(1, self._chunk_bytes() // per_row), len(Xt), None
+        for start in range(0, n, size):
+            rows = slice(start, min(start + size, n))
+            out = fill_rows(out, fn(self._nn_samples(Xt[rows], self.n_samples, None, eps)),
+                            rows, n)
+        return out
 
     def _generator(self, seed=None):
         gen = torch.Generator()
         gen.manual_seed(self._prediction_seed if seed is None else seed)
         return gen
 
-    def _nn_samples(self, Xt, n_samples, generator):
-        """Network outputs at weight samples θ* + ε, ε ~ N(0, Σ): (S, n, C)."""
+    def _nn_samples(self, Xt, n_samples, generator, eps=None):
+        """Network outputs at weight samples θ* + ε, ε ~ N(0, Σ) (or the given ``eps``):
+        (S, n, C)."""
         with torch.no_grad():
-            eps = self._posterior.sample(n_samples, generator)
+            if eps is None:
+                eps = self._posterior.sample(n_samples, generator)
             return torch.stack([self._subset.forward(Xt, self._subset.theta + e) for e in eps])
 
     def _function_samples(self, X, n_samples, random_state):

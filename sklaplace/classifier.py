@@ -198,9 +198,13 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     random_state : int, RandomState or None, default=None
         Seeds initialization, batches and the prediction seed of MC draws.
     verbose : int, default=0
-        0: silent. 1: the MAP epochs of the default MLP (skorch's table) and the
-        stages of the Laplace approximation (weights, structure, estimated and
-        actual time of the curvature, tuned prior).
+        0: silent. 1: one line per stage on stdout with its time (MAP
+        training, saying on which rows; curvature, with the weights, structure
+        and estimated time; tuning; refinement) and, on loops that run longer
+        than 2 s (the MAP epochs, the refined held-out tuning), a progress bar
+        on a terminal (tqdm), else a counter line every 5 s (no ANSI codes; the
+        curvature's rows: a line every 2 s). 2: also skorch's epoch table of
+        the default MLP.
 
     Attributes
     ----------
@@ -556,11 +560,30 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             Predictive probability of each class; rows sum to 1.
         """
         check_is_fitted(self)
+        Xt = self._X_tensor(X)
         if self.pred_type in ("glm", "gp"):
-            return self._proba_from_moments(*self._glm_moments(self._X_tensor(X)))
-        return self.predict_dist(X).proba()
+            # moments per row chunk (their buffers freed but the (rows, C, C) covariance),
+            # then the link by blocks of those rows within the chunk size again
+            C = self._n_model_outputs
+            return self._per_chunk(Xt, self._proba_from_moments, 8 * C * C)
+        link_bytes = self._link_row_bytes(self.n_samples)
+        return self._nn_per_chunk(Xt, lambda s: self._sampled_dist(s).proba(), link_bytes)
+
+    def _link_row_bytes(self, n_draws=None):
+        """Bytes per row the link allocates (numpy float64): the logit covariance, its
+        square root and their temporaries, and the (draws, C) logits of ``"mc"`` (or of
+        ``n_draws`` weight samples), their softmax and its temporaries."""
+        C = max(2, self._n_model_outputs)
+        if n_draws is None:
+            n_draws = self.n_samples if self.link_approx == "mc" else 0
+        return 32 * C * (C + n_draws)
 
     def _proba_from_moments(self, mean, cov):
+        """Predictive probabilities of the GLM moments (tensors) of any number of rows
+        under ``link_approx``, by blocks of rows within the prediction chunk."""
+        return self._by_rows(self._link_proba, (mean, cov), self._link_row_bytes())
+
+    def _link_proba(self, mean, cov):
         """Predictive probabilities of the GLM moments (tensors) under ``link_approx``."""
         if self.link_approx == "probit":
             # predict_dist(X).proba() without building the logit Gaussian: same numbers.

@@ -193,9 +193,13 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     random_state : int, RandomState or None, default=None
         Seeds initialization, batches and the prediction seed of MC draws.
     verbose : int, default=0
-        0: silent. 1: the MAP epochs of the default MLP (skorch's table) and the
-        stages of the Laplace approximation (weights, structure, estimated and
-        actual time of the curvature, tuned prior).
+        0: silent. 1: one line per stage on stdout with its time (MAP
+        training, saying on which rows; curvature, with the weights, structure
+        and estimated time; tuning; refinement) and, on loops that run longer
+        than 2 s (the MAP epochs, the refined held-out tuning), a progress bar
+        on a terminal (tqdm), else a counter line every 5 s (no ANSI codes; the
+        curvature's rows: a line every 2 s). 2: also skorch's epoch table of
+        the default MLP.
 
     Attributes
     ----------
@@ -598,12 +602,13 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     def _output_moments(self, X):
         """Predictive mean, epistemic and aleatoric variance in the units of y."""
         Xt = self._X_tensor(X)
-        if self.pred_type == "nn":
-            samples = self._nn_samples(Xt, self.n_samples, self._generator())
-            mean, var = samples.mean(0), samples.var(0, correction=int(self.n_samples > 1))
-        else:
-            mean, cov = self._glm_moments(Xt)
-            var = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0)
+        if self.pred_type == "nn":  # per row chunk: no (S, n, C) outputs for all rows
+            correction = int(self.n_samples > 1)
+            mean, var = self._nn_per_chunk(
+                Xt, lambda samples: (samples.mean(0), samples.var(0, correction=correction)))
+        else:  # per row chunk: no (n, C, C) covariance for all rows
+            mean, var = self._per_chunk(Xt, lambda f, cov: (
+                f, torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0)))
         sigma = self._sigma_fit.expand(mean.shape[1]).cpu().numpy()
         mean = mean.cpu().numpy() * self._y_std + self._y_mean
         var = var.cpu().numpy() * self._y_std**2

@@ -30,7 +30,7 @@ import torch
 from skorch import NeuralNet
 from torch import nn
 
-from . import likelihoods
+from . import likelihoods, progress
 from .convergence import fit_net, warn_not_converged
 from .._threads import seeded
 from .workflow import interrupts_recorded
@@ -312,6 +312,9 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
         net.set_params(criterion__prior=prior)
     if callbacks:
         net.set_params(callbacks=list(net.callbacks or []) + list(callbacks))
+    callbacks_param, shown = net.callbacks, progress.epoch_callbacks()  # verbose: the epochs
+    if shown:
+        net.set_params(callbacks=list(net.callbacks or []) + shown)
     # Initialization (and the training of any net but sklaplace's own MLP without
     # shuffling: shuffling, dropout) draws from torch's global generator under this fit's
     # seed and a process-wide lock, so that fits in threads cannot interleave their draws.
@@ -347,6 +350,7 @@ def train_map(net, X, y, *, likelihood, temperature, sigma_noise, prior_precisio
                 "all over the full training data. Monitor the training loss instead (e.g. "
                 "EarlyStopping(monitor='train_loss')), or hold out validation data yourself."
             ) from error
+    progress.drop_callbacks(net, shown, callbacks_param)
     if interrupted:
         raise KeyboardInterrupt(
             "MAP training was interrupted (Ctrl-C); the estimator keeps its earlier state.")

@@ -103,7 +103,9 @@ class RefinedSubset:
         self.group_index = base.group_index
 
     def row_bytes(self, n_out, moments=False, posterior=None):
-        return self.base.row_bytes(n_out, moments)
+        # moments from the features (last layer) or from the Jacobians (the others)
+        return self.base.row_bytes(n_out, moments,
+                                   posterior if self.kind == "last_layer" else None)
 
     def forward(self, X, theta=None):
         """The net at ``theta`` (weight samples of ``pred_type="nn"``), or the

@@ -197,6 +197,13 @@ def _to_module(X, module):
     return X
 
 
+def posterior_row_bytes(n_out, posterior):
+    """Bytes per row that contracting with ``posterior`` adds to a prediction chunk: the
+    (n, C, C) result and its temporaries, and for an eigendecomposed posterior of rank r
+    the (n, C, r) projections onto its directions (three: J M, with the bias, scaled)."""
+    return 8 * n_out * (3 * n_out + 3 * getattr(posterior, "rank", 0))
+
+
 def _jacobian_moments(subset, X, posterior):
     f, J = subset.jacobians(X)
     return f, posterior.functional_variance(J)
@@ -355,7 +362,9 @@ class AllWeights:
         layers = self._layers() if moments and hasattr(posterior, "layer_variance") else None
         if layers:  # per layer: input, its square, the output gradients G and G Q (n, C, out)
             return 8 * sum(2 * layer.in_features + 3 * n_out * layer.out_features
-                           for layer, *_ in layers)
+                           for layer, *_ in layers) + posterior_row_bytes(n_out, posterior)
+        if moments:  # J and J scaled by the prior, then the posterior's contraction
+            return 16 * n_out * self.n_params + posterior_row_bytes(n_out, posterior)
         return 8 * n_out * self.n_params
 
     def factored_on(self, X):
@@ -550,9 +559,10 @@ class LastLayer:
         return self.native_features(X).to(device=X.device, dtype=X.dtype)
 
     def row_bytes(self, n_out, moments=False, posterior=None):
-        """Bytes per row of the largest prediction buffer: features for the moments, else J."""
+        """Bytes per row of the largest prediction buffer: features and the posterior's
+        contraction for the moments, else J."""
         if moments:
-            return 8 * (self.n_features + n_out * (n_out + 1))
+            return 8 * (self.n_features + n_out) + posterior_row_bytes(n_out, posterior)
         return 8 * n_out * self.n_params
 
     def _split(self, theta):
@@ -615,7 +625,11 @@ class Subnetwork:
         self.group_index = self._all.group_index[self.whole_index]
 
     def row_bytes(self, n_out, moments=False, posterior=None):
-        """Bytes per row of the largest prediction buffer, the all-weights Jacobians."""
+        """Bytes per row of the largest prediction buffer: the all-weights Jacobians, and
+        for the moments the subnetwork's and the posterior's contraction."""
+        if moments:
+            return (self._all.row_bytes(n_out) + 8 * n_out * self.n_params
+                    + posterior_row_bytes(n_out, posterior))
         return self._all.row_bytes(n_out)
 
     @staticmethod
