@@ -146,3 +146,23 @@ def test_evidence_scorer_scores_the_evidence_optimum_of_a_cv_fit():
     grid = [est.log_evidence(prior_precision=d) for d in 10.0 ** np.arange(-3.0, 4.5, 0.5)]
     assert score >= max(grid) - 1e-6
     assert score >= est.log_evidence_
+
+
+def test_default_classifier_on_digits_backs_off_within_the_bound():
+    # Issue #32's acceptance on digits (20 epochs): confidence on ×3 rows below the MAP's at
+    # an in-distribution cost within max(0.01, 3 %). Measured on this split: 0.981 vs 0.983
+    # (δ = 5.6e3: digits is where the frontier has no point that backs off by 0.02 at that
+    # cost, docs/benchmarks.md), NLL 0.0755 vs the MAP's 0.0785.
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.25, random_state=0, stratify=y)
+    scaler = StandardScaler().fit(X_tr)
+    X_tr, X_te = scaler.transform(X_tr), scaler.transform(X_te)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 20 epochs on purpose
+        est = LaplaceClassifier(max_epochs=20, random_state=0).fit(X_tr, y_tr)
+    assert est.hyperparameter_tuning_ == "cv"
+    la, map_ = _nll(est.predict_proba(X_te), y_te), _nll(_map_proba(est, X_te), y_te)
+    assert la <= map_ + max(0.01, 0.03 * map_)
+    assert est.predict_proba(3 * X_te).max(1).mean() < _map_proba(est, 3 * X_te).max(1).mean()
