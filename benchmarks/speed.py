@@ -33,6 +33,10 @@ two libraries interleaved run by run so that machine load hits both alike):
 8. ``threads`` (not in the default sections): torch's default threads against
    sklaplace's thread policy, idle and beside a CPU-bound process; see
    :mod:`benchmarks.threads`.
+9. ``sklearn`` (not in the default sections): the default ``LaplaceClassifier`` /
+   ``LaplaceRegressor`` fit against ``MLPClassifier`` / ``MLPRegressor(max_iter=1000)`` in
+   fresh processes with the threads a user has, idle and beside a CPU-bound process; see
+   :mod:`benchmarks.vs_sklearn`.
 
 Peak memory is the growth of the process's peak resident set size during a
 run (``VmHWM`` reset through ``/proc/self/clear_refs``; Linux only, else
@@ -613,7 +617,7 @@ def add_arguments(parser):
     parser.add_argument("--sections", nargs="+", default=["laplace", "map", "scaling",
                                                           "evidence", "bridge"],
                         choices=["laplace", "map", "scaling", "evidence", "bridge", "scale",
-                                 "backends", "threads"])
+                                 "backends", "threads", "sklearn"])
     parser.add_argument("--scale-rows", type=int, nargs="+", default=[100_000],
                         help="scale section: training rows (one table per value)")
     parser.add_argument("--device", default=None,
@@ -640,6 +644,12 @@ def _threads_section(repeats, out):
     section_threads(repeats, out)
 
 
+def _sklearn_section(repeats, out):
+    from .vs_sklearn import section_sklearn
+
+    section_sklearn(repeats, out)
+
+
 def main(args):
     torch.set_num_threads(args.threads)
     missing = laplace_available()
@@ -658,6 +668,7 @@ def main(args):
         "scale": lambda: _scale_sections(args, missing, out),
         "backends": lambda: section_backends(args.repeats, out),
         "threads": lambda: _threads_section(args.repeats, out),
+        "sklearn": lambda: _sklearn_section(args.repeats, out),
     }
     failed = False
     for name in args.sections:

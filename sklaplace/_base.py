@@ -511,9 +511,10 @@ class BaseLaplace(BaseEstimator):
     def _fit(self, X, y_model, likelihood_default, n_outputs, y_scale, sample_weight=None):
         """Train (or take) the net, fit the LA and tune; ``y_model`` is in model units.
 
-        With ``hyperparameter_tuning="cv"`` this runs twice, as scikit-learn's
+        With ``hyperparameter_tuning="cv"`` the LA runs twice, as scikit-learn's
         ``*CV`` estimators with ``refit=True``: on ``1 − validation_fraction`` of
-        the rows to choose δ (and σ) by held-out NLL, then on all rows with them.
+        the rows to choose δ (and σ) by held-out NLL, then on all rows with them;
+        the training of the second pass continues the first's (one training).
         ``sample_weight`` (validated, or None) multiplies each row's log-likelihood
         in training, curvature, evidence and the held-out NLL (split with the rows).
         """
@@ -938,7 +939,8 @@ class BaseLaplace(BaseEstimator):
 
     def _tune_on_held_out(self, evidence, posterior, subset, X_val, y_val, w_val, y_model,
                           w_fit=None):
-        """Scalar δ (and σ) by held-out NLL over the grid (one-SE rule) of the predictive of
+        """Scalar δ (and σ) by held-out NLL over the grid (one-SE rule, broad side) of the
+        predictive of
         ``posterior`` (its curvature, without prior); (δ, σ tensor).
 
         ``pred_type="nn"`` scores the sampled net over the whole decades of the grid,

@@ -90,11 +90,13 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         the rows, choose the scalar δ by the NLL of the predictive (the
         GP's with ``pred_type="gp"``; the sampled net's, over whole decades,
         with ``"nn"``) on the held-out rest (Laplace Redux's
-        "CV" method; log10 δ ∈ [−4, 4] in quarter decades; the largest δ
-        within one paired standard error of the smallest NLL), then train the
-        net on all rows (with the given ``prior_precision`` as weight decay, as
-        without tuning) and fit the LA there with the chosen δ (as
-        scikit-learn's ``*CV`` estimators with ``refit=True``).
+        "CV" method; log10 δ ∈ [−4, 4] in quarter decades; the smallest δ —
+        the broadest posterior — within one paired standard error and 0.002
+        nats of the smallest NLL, warning at a grid bound), then continue
+        training the net on all rows from where it stopped (a warm start, with
+        the given ``prior_precision`` as weight decay, as without tuning) and
+        fit the LA there with the chosen δ (as scikit-learn's ``*CV``
+        estimators with ``refit=True``).
     validation_fraction : float, default=0.2
         Share of the rows held out by ``hyperparameter_tuning="cv"``
         (stratified for classification), as in scikit-learn's MLP.
@@ -389,8 +391,8 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
         # "cv" tunes one scalar δ: a layer-wise or diagonal prior asks for the evidence,
         # and so do data too small to hold out a useful validation set.
         # A FrozenEstimator's net was trained elsewhere, most likely on the rows "cv"
-        # would hold out: their NLL is then in-sample and the one-SE rule drifts to the
-        # largest δ (the LA collapses onto the MAP). The evidence needs no held-out rows.
+        # would hold out: their NLL is then in-sample and favours the largest δ (the LA
+        # collapses onto the MAP). The evidence needs no held-out rows.
         held_out = int(np.ceil(self.validation_fraction * n_rows))
         # Refinement does inference under the prior δ: the evidence's δ is one, while
         # "cv" picks the width of the unrefined predictive (see _validate_refine).

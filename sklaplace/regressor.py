@@ -76,14 +76,16 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         the rows, choose the scalar δ and σ by the NLL of the predictive (the
         GP's with ``pred_type="gp"``; the sampled net's, over whole decades,
         with ``"nn"``) on the held-out rest (Laplace Redux's
-        "CV" method), then train the net on all rows (with the given
-        ``prior_precision`` and ``sigma_noise``, as without tuning) and fit the
+        "CV" method), then continue training the net on all rows from where it
+        stopped (a warm start, with the given ``prior_precision`` and
+        ``sigma_noise``, as without tuning) and fit the
         LA there with the chosen values (as scikit-learn's ``*CV`` estimators
         with ``refit=True``). The grid is over ρ = δ / s(σ), the ratio the
         posterior's shape depends on (s the curvature scale: 1/(σ²T) for the
         GGN, 1/(σ⁴T) for the empirical Fisher): log10 ρ ∈ [−4, 4] in quarter
-        decades, the best σ for each ρ, and the largest ρ within one paired
-        standard error of the smallest NLL; δ = ρ·s(σ) (model units) can lie
+        decades, the best σ for each ρ, and the smallest ρ (the broadest
+        posterior) within one paired standard error and 0.002 nats of the
+        smallest NLL, warning at a grid bound; δ = ρ·s(σ) (model units) can lie
         outside [1e-4, 1e4].
     validation_fraction : float, default=0.2
         Share of the rows held out by ``hyperparameter_tuning="cv"``

@@ -1,0 +1,69 @@
+"""``python -m benchmarks speed --sections sklearn``: the default fit against scikit-learn's MLP.
+
+Issue #33's comparison as a user makes it: each timing is a fresh Python process with the
+threads a user has (no pinning), timing ``fit`` alone (imports and data loading excluded,
+after one tiny warm-up fit of the same estimator in that process), the default
+``LaplaceClassifier()`` / ``LaplaceRegressor()`` against ``MLPClassifier(max_iter=1000)`` /
+``MLPRegressor(max_iter=1000)`` on the same standardized 75 % of the rows of every bundled
+scoreboard set, idle and beside one CPU-bound process. Cells: median over ``repeats``.
+"""
+
+import json
+import statistics
+import subprocess
+import sys
+
+from .threads import _neighbour
+
+SETS = ("breast_cancer", "wine", "iris", "digits", "diabetes")
+
+_CHILD = r"""
+import json, sys, time, warnings
+import numpy as np
+from sklearn import datasets
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+name, which = sys.argv[1], sys.argv[2]
+X, y = getattr(datasets, "load_" + name)(return_X_y=True)
+X, _, y, _ = train_test_split(X, y, test_size=0.25, random_state=0)
+X = StandardScaler().fit_transform(X)
+regression = name == "diabetes"
+if which == "LA":
+    from sklaplace import LaplaceClassifier, LaplaceRegressor
+    make = (lambda: LaplaceRegressor(random_state=0)) if regression else (
+        lambda: LaplaceClassifier(random_state=0))
+else:
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
+    make = (lambda: MLPRegressor(max_iter=1000, random_state=0)) if regression else (
+        lambda: MLPClassifier(max_iter=1000, random_state=0))
+warnings.simplefilter("ignore")
+make().set_params(**({"max_epochs": 2} if which == "LA" else {"max_iter": 2})).fit(X[:40], y[:40])
+t = time.perf_counter()
+est = make().fit(X, y)
+print(json.dumps({"seconds": time.perf_counter() - t}))
+"""
+
+
+def _time(name, which, repeats, busy):
+    times = []
+    with _neighbour(busy):
+        for _ in range(repeats):
+            out = subprocess.run([sys.executable, "-c", _CHILD, name, which], check=True,
+                                 capture_output=True, text=True).stdout
+            times.append(json.loads(out.strip().splitlines()[-1])["seconds"])
+    return statistics.median(times)
+
+
+def section_sklearn(repeats, out, sets=SETS):
+    """Append the table of default fit times, LA vs scikit-learn's MLP, idle and busy."""
+    out += ["## Default fit against scikit-learn's MLP (fresh processes, default threads)", "",
+            "| data set | LA idle (s) | MLP idle (s) | LA / MLP | LA busy (s) | MLP busy (s) "
+            "| LA busy / idle |", "|---|---|---|---|---|---|---|"]
+    for name in sets:
+        cells = {(w, b): _time(name, w, repeats, b) for b in (False, True) for w in ("LA", "MLP")}
+        la, mlp = cells[("LA", False)], cells[("MLP", False)]
+        out.append(f"| {name} | {la:.2f} | {mlp:.2f} | {la / mlp:.1f} | "
+                   f"{cells[('LA', True)]:.2f} | {cells[('MLP', True)]:.2f} | "
+                   f"{cells[('LA', True)] / la:.2f} |")
+        print(out[-1], flush=True)
+    out.append("")
