@@ -30,7 +30,7 @@ from sklearn.model_selection import train_test_split
 from torch import nn
 
 from sklaplace import LaplaceClassifier
-from sklaplace._laplace.nets import MLP
+from sklaplace.nets import MLP
 
 HIDDEN = (100,)
 EPOCHS = 30

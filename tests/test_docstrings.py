@@ -24,7 +24,7 @@ from sklaplace import LaplaceClassifier, LaplaceRegressor
 
 PUBLIC_MODULES = ["sklaplace", "sklaplace.classifier", "sklaplace.regressor",
                   "sklaplace.distributions", "sklaplace.metrics", "sklaplace.ood",
-                  "sklaplace.plotting", "sklaplace.posterior"]
+                  "sklaplace.plotting", "sklaplace.posterior"]  # sklaplace.nets: a torch Module
 
 #: Codes not checked, and why.
 UNCHECKED_CODES = {

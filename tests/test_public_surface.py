@@ -9,7 +9,7 @@ import pytest
 import sklaplace
 
 PUBLIC_MODULES = ["sklaplace", "sklaplace.metrics", "sklaplace.ood", "sklaplace.plotting",
-                  "sklaplace.distributions", "sklaplace.posterior"]
+                  "sklaplace.distributions", "sklaplace.posterior", "sklaplace.nets"]
 
 
 def test_top_level_names():
@@ -63,3 +63,12 @@ def test_benchmarks_are_not_in_the_package():
     assert "sklaplace" in packages
     assert not any("benchmarks" in p for p in packages)
     assert (root / "benchmarks" / "__main__.py").exists()
+
+
+def test_examples_and_readme_import_public_modules_only():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for path in [root / "README.md", *sorted((root / "examples").glob("*.py"))]:
+        text = path.read_text()
+        assert "from sklaplace._" not in text and "import sklaplace._" not in text, path.name

@@ -45,7 +45,19 @@ CRITERIA = {
 
 
 class MLP(nn.Module):
-    """Fully connected tanh network: ``n_features → hidden… → n_outputs``."""
+    """Fully connected tanh network: ``n_features → hidden… → n_outputs``.
+
+    The default net of the Laplace estimators (public as ``sklaplace.nets.MLP``).
+
+    Parameters
+    ----------
+    n_features : int, default=1
+        Input features.
+    n_outputs : int, default=1
+        Outputs (logits or regression targets).
+    hidden_layer_sizes : tuple of int, default=(50,)
+        Widths of the hidden layers, each followed by tanh.
+    """
 
     def __init__(self, n_features=1, n_outputs=1, hidden_layer_sizes=(50,)):
         super().__init__()
