@@ -963,7 +963,12 @@ class BaseLaplace(BaseEstimator):
                         self._draw_outputs(_at_prior(posterior, d, scale), subset, Xv), yv)
                         for d in deltas]
                 else:
-                    losses = [self._held_out_nll(f, variance(d, scale), yv) for d in deltas]
+                    if hasattr(variance, "many"):  # all δ of the grid in one product
+                        covs = variance.many(deltas, scale)
+                        losses = [self._held_out_nll(f, cov, yv) for cov in covs]
+                    else:
+                        losses = [self._held_out_nll(f, variance(d, scale), yv)
+                                  for d in deltas]
                 losses = np.array(losses)
                 chosen = one_standard_error_choice(losses, w_val)
                 warn_at_grid_bound(chosen, deltas)

@@ -256,3 +256,19 @@ def test_cv_regressor_with_nn_predictive_scores_the_sampled_net():
     assert held_out_nll(sigma) == pytest.approx(est.validation_nll_ + scale, rel=1e-6)
     for factor in (0.9, 1.1):  # σ is the best at that ρ
         assert held_out_nll(factor * sigma) > held_out_nll(sigma)
+
+
+def test_kron_variance_path_for_all_grid_values_at_once_equals_one_by_one():
+    from sklaplace._laplace.holdout import variance_path
+
+    X, y = _clf_data(n=80)
+    est = LaplaceClassifier(hyperparameter_tuning=None, hessian_structure="kron",
+                            subset_of_weights="all", **FAST).fit(X, y)
+    with torch.no_grad():
+        _, J = est._subset.jacobians(torch.as_tensor(X[:30], dtype=torch.float64))
+        path = variance_path(est._evidence.posterior, J)
+        deltas = 10.0 ** LOG10_PRIOR_GRID
+        together = path.many(deltas, 0.7, chunk_bytes=1)  # one row at a time
+        for d, cov in zip(deltas, together):
+            torch.testing.assert_close(cov, path(d, 0.7), rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(path.many(deltas, 0.7), together, rtol=1e-12, atol=1e-14)
