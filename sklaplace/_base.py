@@ -35,7 +35,7 @@ from ._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobi
                                  memory_budget, progress_to)
 from ._laplace.evidence import Evidence, curvature_scale, maximize_evidence
 from ._laplace.holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_split,
-                               warn_at_grid_bound,
+                               MANY_BYTES, warn_at_grid_bound,
                                variance_path)
 from ._laplace import likelihoods
 from ._laplace.online import OnlineEvidence
@@ -963,7 +963,8 @@ class BaseLaplace(BaseEstimator):
                         self._draw_outputs(_at_prior(posterior, d, scale), subset, Xv), yv)
                         for d in deltas]
                 else:
-                    if hasattr(variance, "many"):  # all δ of the grid in one product
+                    if (hasattr(variance, "many")  # all δ of the grid in one product
+                            and len(deltas) * f.numel() * f.shape[1] * 8 <= MANY_BYTES):
                         covs = variance.many(deltas, scale)
                         losses = [self._held_out_nll(f, cov, yv) for cov in covs]
                     else:
@@ -997,7 +998,7 @@ class BaseLaplace(BaseEstimator):
                     moments = functools.partial(_scaled_moments, f_np, v, c_of)
                 fits.append(self._held_out_gaussian(moments, yv, floor, w_cells))
         chosen = one_standard_error_choice([losses for losses, _ in fits], w_cells)
-        warn_at_grid_bound(chosen, deltas)
+        warn_at_grid_bound(chosen, deltas, name="prior_precision / s(sigma_noise)")
         losses, sigma = fits[chosen]
         self.validation_nll_ = float(np.average(losses, weights=w_cells))
         sigma_t = torch.tensor(sigma, dtype=torch.float64)

@@ -7,8 +7,8 @@ predictive has the smallest negative log-likelihood on the held-out rest.
 The choice follows the one-standard-error rule (Breiman et al. 1984), paired and
 towards the broad side: the smallest δ (the widest posterior) whose mean held-out
 NLL exceeds the smallest by at most one standard error of the per-row differences,
-and by at most ``MAX_HELD_OUT_COST`` = 0.002 nats per row: the held-out minimum with near-ties broken towards the broad side.
-A held-out set of a few dozen rows cannot tell near-ties apart, and among them the
+and by at most ``MAX_HELD_OUT_COST`` = 0.002 nats per row: the held-out minimum with
+near-ties broken towards the broad side. A held-out set of a few dozen rows cannot tell near-ties apart, and among them the
 widest posterior is the one that knows what it does not know: near-ties towards the
 MAP (the largest δ, the rule's earlier direction) collapsed the posterior onto the
 MAP on most sets, so the LA was its plug-in softmax in disguise (issue #32).
@@ -31,6 +31,9 @@ from .posterior import EigenPosterior, KronPosterior
 
 #: The most held-out NLL (nats per row) a broader posterior may cost against the best.
 MAX_HELD_OUT_COST = 0.002
+
+#: Largest (K, n, C, C) stack of grid covariances built at once (bytes); beyond, one per δ.
+MANY_BYTES = 2**28
 
 #: log10 δ of the grid: the evidence's bounds, quarter-decade steps.
 LOG10_PRIOR_GRID = np.linspace(-4.0, 4.0, 33)
@@ -147,8 +150,10 @@ def one_standard_error_choice(losses, weights=None):
     return best
 
 
-def warn_at_grid_bound(index, grid):
+def warn_at_grid_bound(index, grid, name="prior_precision"):
     """ConvergenceWarning when the held-out choice ``grid[index]`` is an end of its grid.
+
+    ``name`` says what the grid is of (the regressor's is ρ = δ / s(σ)).
 
     At the top the posterior has collapsed onto the MAP (every broader one was
     rejected by the held-out rows: predictions are the network's own); at the
@@ -165,5 +170,5 @@ def warn_at_grid_bound(index, grid):
     else:
         what = (f"the smallest of its grid (δ ≥ {grid[0]:.0e}): the held-out rows accept "
                 "the broadest posterior searched.")
-    warnings.warn(f"hyperparameter_tuning='cv' chose prior_precision={grid[index]:.3g}, "
+    warnings.warn(f"hyperparameter_tuning='cv' chose {name}={grid[index]:.3g}, "
                   + what, ConvergenceWarning)
