@@ -135,7 +135,7 @@ def mean_field_proba(logit_mean, logit_cov):
     invariant to a shift of every logit by the same Gaussian amount (which a
     softmax cannot see), and for two classes it is exactly the binary probit of
     f1 − f0. Against Monte Carlo it is closer than the extended probit of the
-    marginal variances (``tests/test_distributions.py``).
+    marginal variances (``tests/test_uncertainty.py``).
 
     Parameters
     ----------
