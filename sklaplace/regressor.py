@@ -207,7 +207,9 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     ----------
     n_iter_ : int
         Epochs the MAP training ran (of the last ``partial_fit`` task; for a
-        ``FrozenEstimator`` net, of the history it came with).
+        ``FrozenEstimator`` net, of the history it came with; with
+        ``hyperparameter_tuning_ == "cv"``, of the training continued on all rows
+        after the held-out pass, whose epochs are not counted).
     loss_curve_ : ndarray of shape (n_iter_,)
         The training loss (MAP objective per row) of each epoch.
     net_ : skorch NeuralNet
