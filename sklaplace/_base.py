@@ -35,7 +35,7 @@ from ._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobi
                                  memory_budget, progress_to)
 from ._laplace.evidence import Evidence, curvature_scale, maximize_evidence
 from ._laplace.holdout import (LOG10_PRIOR_GRID, one_standard_error_choice, validation_split,
-                               MANY_BYTES, warn_at_grid_bound,
+                               grid_variances, warn_at_grid_bound,
                                variance_path)
 from ._laplace import likelihoods
 from ._laplace.online import OnlineEvidence
@@ -963,13 +963,8 @@ class BaseLaplace(BaseEstimator):
                         self._draw_outputs(_at_prior(posterior, d, scale), subset, Xv), yv)
                         for d in deltas]
                 else:
-                    if (hasattr(variance, "many")  # all δ of the grid in one product
-                            and len(deltas) * f.numel() * f.shape[1] * 8 <= MANY_BYTES):
-                        covs = variance.many(deltas, scale)
-                        losses = [self._held_out_nll(f, cov, yv) for cov in covs]
-                    else:
-                        losses = [self._held_out_nll(f, variance(d, scale), yv)
-                                  for d in deltas]
+                    losses = [self._held_out_nll(f, cov, yv)
+                              for cov in grid_variances(variance, deltas, scale, J)]
                 losses = np.array(losses)
                 chosen = one_standard_error_choice(losses, w_val)
                 warn_at_grid_bound(chosen, deltas)
@@ -986,6 +981,7 @@ class BaseLaplace(BaseEstimator):
                 return 1.0 / float(evidence.scale(torch.tensor(sigma, dtype=torch.float64)))
 
             fits = []
+            covs = None if sampled else iter(grid_variances(variance, deltas, 1.0, J))
             for rho in deltas:
                 if sampled:
                     eps = _at_prior(posterior, rho, 1.0).sample(self.n_samples,
@@ -993,7 +989,7 @@ class BaseLaplace(BaseEstimator):
                     moments = functools.partial(self._sampled_moments, subset, Xv, eps, c_of)
                 else:
                     f_np = f.cpu().numpy().ravel()
-                    v = torch.diagonal(variance(rho, 1.0), dim1=1, dim2=2).clamp_min(0)
+                    v = torch.diagonal(next(covs), dim1=1, dim2=2).clamp_min(0)
                     v = v.cpu().numpy().ravel()
                     moments = functools.partial(_scaled_moments, f_np, v, c_of)
                 fits.append(self._held_out_gaussian(moments, yv, floor, w_cells))

@@ -110,6 +110,16 @@ def variance_path(posterior, J):
     return generic
 
 
+def grid_variances(variance, deltas, s, J):
+    """``variance(δ, s)`` for every δ of ``deltas``, in order: all at once where the
+    path has a ``many`` form (Kronecker) and the (K, n, C, C) stack fits
+    :data:`MANY_BYTES`, else one δ at a time."""
+    n, C = J.shape[0], J.shape[1]
+    if hasattr(variance, "many") and len(deltas) * n * C * C * J.element_size() <= MANY_BYTES:
+        return list(variance.many(deltas, s))
+    return (variance(d, s) for d in deltas)
+
+
 def one_standard_error_choice(losses, weights=None):
     """Index into an ascending δ grid by the paired one-standard-error rule, widest side.
 
