@@ -471,7 +471,7 @@ def section_evidence_alone(repeats, missing, out):
     Xtr, Xte, ytr, _ = load_data("classification")
     net = pretrained_net("classification", Xtr, ytr)
     est, _ = run_sklaplace("classification", net, Xtr, ytr, Xte, "all", "full")
-    evidence = est._evidence
+    evidence = est.laplace_.evidence
 
     def tune_sk():
         return maximize_evidence(evidence, [0.0], lambda v: v[0])

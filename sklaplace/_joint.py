@@ -11,34 +11,35 @@ import torch
 from sklearn.utils import check_random_state
 
 from ._laplace.curvature import check_budget, memory_budget
+from ._laplace.fitted import generator
 
 
 def joint_moments(estimator, X):
     """Mean (n, C) and covariance (n, C, n, C) of the predictive of y, in the units of y."""
-    Xt = estimator._X_tensor(X)
-    n, C = len(Xt), estimator._n_model_outputs
+    Xt, fitted = estimator._X_tensor(X), estimator.laplace_
+    n, C = len(Xt), fitted.n_outputs
     budget = memory_budget(Xt.device)
     check_budget(8 * (n * C) ** 2, f"The joint predictive covariance of {n} rows × {C} "
                  "outputs", budget, "return_std=True, or fewer rows per call")
     with torch.no_grad():
         if estimator.pred_type == "nn":
-            samples = estimator._nn_samples(Xt, estimator.n_samples, estimator._generator())
+            samples = fitted.nn_samples(Xt, fitted.n_samples, generator(fitted.prediction_seed))
             mean = samples.mean(0)
             centred = (samples - mean).reshape(len(samples), n * C)
             cov = centred.T @ centred / max(1, len(samples) - 1)
         else:
-            subset = estimator._subset
+            subset = fitted.subset
             check_budget(8 * n * C * subset.n_params, f"The Jacobians of {n} rows × {C} outputs "
                          f"× {subset.n_params} weights", budget,
                          "return_std=True, or fewer rows per call")
-            parts = [subset.jacobians(Xt[sl]) for sl in estimator._row_chunks(n)]
+            parts = [subset.jacobians(Xt[sl]) for sl in fitted.row_chunks(n)]
             mean = torch.cat([f for f, _ in parts])
             J = torch.cat([J for _, J in parts]).reshape(1, n * C, -1)
-            cov = estimator._posterior.functional_variance(J)[0]
+            cov = fitted.posterior.functional_variance(J)[0]
             cov = 0.5 * (cov + cov.T)
-    sigma = estimator._sigma_fit.expand(C).cpu().numpy()
-    std = np.asarray(estimator._y_std, dtype=float)
-    mean = mean.cpu().numpy() * std + estimator._y_mean
+    sigma = fitted.hyper.sigma.expand(C).cpu().numpy()
+    std = np.asarray(fitted.targets.std, dtype=float)
+    mean = mean.cpu().numpy() * std + fitted.targets.mean
     cov = cov.cpu().numpy().reshape(n, C, n, C)
     idx = np.arange(n)
     cov[idx, :, idx, :] += np.diag(sigma**2)
@@ -49,7 +50,7 @@ def joint_moments(estimator, X):
 def per_output_cov(estimator, cov):
     """GaussianProcessRegressor's layout: (n, n) for 1-d y, else (n, n, C) per output."""
     per_output = np.einsum("icjc->ijc", cov)
-    return per_output[:, :, 0] if estimator._y_ndim == 1 else per_output
+    return per_output[:, :, 0] if estimator.laplace_.targets.ndim == 1 else per_output
 
 
 def sample_joint(estimator, X, n_samples, random_state):
@@ -64,4 +65,4 @@ def sample_joint(estimator, X, n_samples, random_state):
         root = V * np.sqrt(np.clip(lam, 0, None))
     z = check_random_state(random_state).standard_normal((n * C, n_samples))
     draws = (mean.reshape(-1, 1) + root @ z).reshape(n, C, n_samples)
-    return draws[:, 0, :] if estimator._y_ndim == 1 else draws
+    return draws[:, 0, :] if estimator.laplace_.targets.ndim == 1 else draws

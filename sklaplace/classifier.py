@@ -5,21 +5,21 @@ import torch
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.frozen import FrozenEstimator
 from sklearn.preprocessing import LabelEncoder
-from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from ._laplace import continual
+from . import _continual as continual
+from . import _policy as policy
+from ._base import BaseLaplace, keeps_state_on_failure
+from ._laplace.continual import Task
+from ._laplace.fitted import by_rows, generator
 from ._laplace.workflow import torch_entry_point
-from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
-                    keeps_state_on_failure, validate_numeric, without_zero_weights)
 from ._threads import thread_policy
+from ._validation import (CLASSIFIER_CONSTRAINTS, check_fit_weight,
+                          partial_fit_available, validate_numeric, without_zero_weights)
 from .distributions import LogitGaussianPrediction, binary_probit_proba, probit_link
-
-#: The link approximations of the GLM predictive's class probabilities.
-LINKS = ("probit", "bridge", "mc")
 
 
 def _label_nll(proba, y):
@@ -276,11 +276,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
     """
 
     _likelihood_kinds = ("categorical", "bernoulli")
-    _parameter_constraints = {
-        **PARAMETER_CONSTRAINTS,
-        "link_approx": [StrOptions(set(LINKS))],
-        "class_weight": [dict, StrOptions({"balanced"}), None],
-    }
+    _parameter_constraints = CLASSIFIER_CONSTRAINTS
 
     def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
                  batch_size=128, tol=1e-4, n_iter_no_change=10, solver="adam",
@@ -360,65 +356,57 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             If the parameters are invalid, ``y`` has fewer than two classes, or
             the network does not match the classes.
         """
+        return self._fit_rows(X, y, sample_weight)
+
+    def _fit_rows(self, X, y, sample_weight=None, task=None):
+        """``fit``'s body; ``task``: the first ``partial_fit`` call's (its classes)."""
         X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32])
         sample_weight = check_fit_weight(sample_weight, X)
         check_classification_targets(y)
-        task = continual.current_task(self)  # partial_fit: the classes of every task
         encoder = LabelEncoder().fit(y if task is None else task.classes)
-        self.classes_ = encoder.classes_
-        if len(self.classes_) < 2:
+        classes = encoder.classes_
+        if len(classes) < 2:
             raise ValueError(
                 "LaplaceClassifier needs at least two classes in y; got one class "
-                f"({self.classes_[0]!r})."
+                f"({classes[0]!r})."
             )
         if self.class_weight is not None:
-            if not (self.class_weight == "balanced" or isinstance(self.class_weight, dict)):
-                raise ValueError(
-                    "class_weight must be None, 'balanced' or a dict {class: weight}, got "
-                    f"{self.class_weight!r}.")
             per_row = compute_sample_weight(self.class_weight, y)
             sample_weight = per_row if sample_weight is None else sample_weight * per_row
             sample_weight = check_fit_weight(sample_weight, X)
-        single_logit = len(self.classes_) == 2 and self.net is None
-        self._n_model_outputs = 1 if single_logit else len(self.classes_)
+        single_logit = len(classes) == 2 and self.net is None
         default = "bernoulli" if single_logit else "categorical"
         X, y_index, sample_weight = without_zero_weights(X, encoder.transform(y), sample_weight)
-        return self._fit(X, y_index, default, self._n_model_outputs, None, sample_weight)
-
-    MIN_HELD_OUT_ROWS = 10
+        self.classes_ = classes
+        return self._fit(X, y_index, default, 1 if single_logit else len(classes),
+                         sample_weight=sample_weight, task=task)
 
     def _default_tuning(self, n_rows):
-        # The post-hoc LA of a net trained at another δ is often broader than the
-        # data support (probit NLL above the MAP's); held-out NLL picks its width.
-        # "cv" tunes one scalar δ: a layer-wise or diagonal prior asks for the evidence,
-        # and so do data too small to hold out a useful validation set.
-        # A FrozenEstimator's net was trained elsewhere, most likely on the rows "cv"
-        # would hold out: their NLL is then in-sample and favours the largest δ (the LA
-        # collapses onto the MAP). The evidence needs no held-out rows.
-        held_out = int(np.ceil(self.validation_fraction * n_rows))
-        # Refinement does inference under the prior δ: the evidence's δ is one, while
-        # "cv" picks the width of the unrefined predictive (see _validate_refine).
-        if (self.prior_structure != "scalar" or held_out < self.MIN_HELD_OUT_ROWS
-                or isinstance(self.net, FrozenEstimator) or self.refine is not None):
-            return "evidence"
-        return "cv"
+        return policy.classifier_tuning(n_rows, self.validation_fraction, self.prior_structure,
+                                        isinstance(self.net, FrozenEstimator), self.refine)
 
-    def _check_outputs(self, n_out):
-        if self._likelihood.single_logit and len(self.classes_) != 2:
+    def _check_outputs(self, likelihood, n_outputs, n_out):
+        if likelihood.single_logit and len(self.classes_) != 2:
             raise ValueError(
                 f"The net's criterion BCEWithLogitsLoss (one logit, Bernoulli) models two "
                 f"classes but y has {len(self.classes_)}; use CrossEntropyLoss with one output "
                 "per class."
             )
-        expected = self._likelihood.n_outputs(len(self.classes_))
+        expected = likelihood.n_outputs(len(self.classes_))
         if n_out != expected:
             raise ValueError(
-                f"The network outputs {n_out} values per row but the {self._likelihood.name} "
+                f"The network outputs {n_out} values per row but the {likelihood.name} "
                 f"likelihood with {len(self.classes_)} classes needs {expected}."
             )
-        self._n_model_outputs = n_out
 
-    @available_if(continual.partial_fit_available)
+    def _held_out_scorers(self, likelihood, seed):
+        """NLLs of held-out labels under the GLM moments' and the logit draws' predictive."""
+        return (lambda f, cov, y: _label_nll(
+                    self._proba_from_moments(f, cov, likelihood, seed), y),
+                lambda samples, y: _label_nll(
+                    self._sampled_dist(samples, likelihood, seed).proba(), y))
+
+    @available_if(partial_fit_available)
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
     @thread_policy
@@ -466,17 +454,13 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             ``classes_``, a label is not in ``classes``, or
             ``class_weight="balanced"``.
         """
-        if isinstance(self.class_weight, str) and self.class_weight == "balanced":
-            raise ValueError(
-                "class_weight='balanced' is not supported for partial_fit (the class counts "
-                "of tasks to come are unknown); pass a dict, or sample_weight.")
         first = continual.is_first_call(self)
         X_checked, y_checked = validate_numeric(self, X, y, reset=first,
                                                 dtype=[np.float64, np.float32])
         check_classification_targets(y_checked)
         known = continual.check_classes(self, classes, y_checked, first)
         if first:
-            return continual.fit_first_task(self, self.fit, X, y, sample_weight, classes=known)
+            return self._fit_rows(X, y, sample_weight, task=Task(classes=known))
         sample_weight = check_fit_weight(sample_weight, X_checked)
         if self.class_weight is not None:
             per_row = compute_sample_weight(self.class_weight, y_checked)
@@ -484,7 +468,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
                 per_row if sample_weight is None else sample_weight * per_row, X_checked)
         X_checked, y_index, sample_weight = without_zero_weights(
             X_checked, np.searchsorted(known, y_checked), sample_weight)
-        return continual.fit_next_task(self, X_checked, y_index, None, sample_weight)
+        return continual.fit_next_task(self, X_checked, y_index, sample_weight)
 
     @thread_policy
     @torch_entry_point
@@ -521,21 +505,26 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             ``dist.proba()`` equals ``predict_proba(X)``.
         """
         check_is_fitted(self)
-        Xt = self._X_tensor(X)
+        Xt, fitted = self._X_tensor(X), self.laplace_
         if self.pred_type == "nn":
-            return self._sampled_dist(self._nn_samples(Xt, self.n_samples, self._generator()))
-        mean, cov = self._glm_moments(Xt)
+            samples = fitted.nn_samples(Xt, self.n_samples, generator(fitted.prediction_seed))
+            return self._sampled_dist(samples)
+        mean, cov = fitted.glm_moments(Xt)
         return self._logit_dist(mean, cov, self.link_approx)
 
-    def _sampled_dist(self, samples):
+    def _sampled_dist(self, samples, likelihood=None, seed=None):
         """The predictive of logit draws (S, n, C) of sampled weights (``link="nn"``)."""
         mean = samples.mean(0)
         centered = samples - mean
         cov = torch.einsum("snc,snd->ncd", centered, centered) / max(1, len(samples) - 1)
-        return self._logit_dist(mean, cov, "nn", samples)
+        return self._logit_dist(mean, cov, "nn", samples, likelihood, seed)
 
-    def _logit_dist(self, mean, cov, link, samples=None):
-        single = self._likelihood.single_logit
+    def _logit_dist(self, mean, cov, link, samples=None, likelihood=None, seed=None):
+        """The logit Gaussian of the moments (tensors) under ``link``; ``likelihood`` and
+        ``seed`` those of the fit (default: the fitted ``laplace_``'s)."""
+        likelihood = self.laplace_.likelihood if likelihood is None else likelihood
+        seed = self.laplace_.prediction_seed if seed is None else seed
+        single = likelihood.single_logit
         if single:  # one Bernoulli logit f ↦ the two logits (−f/2, f/2)
             mean = torch.cat([-mean / 2, mean / 2], dim=1)
             v = cov[:, 0, 0] / 4
@@ -544,7 +533,7 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
                 samples = torch.cat([-samples / 2, samples / 2], dim=2)
         return LogitGaussianPrediction(
             logit_mean=mean.cpu().numpy(), logit_cov=cov.cpu().numpy(), link=link,
-            n_samples=self.n_samples, seed=self._prediction_seed, single_logit=single,
+            n_samples=self.n_samples, seed=seed, single_logit=single,
             logit_samples=None if samples is None else samples.cpu().numpy(),
         )
 
@@ -564,46 +553,42 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             Predictive probability of each class; rows sum to 1.
         """
         check_is_fitted(self)
-        Xt = self._X_tensor(X)
+        Xt, fitted = self._X_tensor(X), self.laplace_
         if self.pred_type in ("glm", "gp"):
             # moments per row chunk (their buffers freed but the (rows, C, C) covariance),
             # then the link by blocks of those rows within the chunk size again
-            C = self._n_model_outputs
-            return self._per_chunk(Xt, self._proba_from_moments, 8 * C * C)
+            C = fitted.n_outputs
+            return fitted.per_chunk(Xt, self._proba_from_moments, 8 * C * C)
         link_bytes = self._link_row_bytes(self.n_samples)
-        return self._nn_per_chunk(Xt, lambda s: self._sampled_dist(s).proba(), link_bytes)
+        return fitted.nn_per_chunk(Xt, lambda s: self._sampled_dist(s).proba(), link_bytes)
 
-    def _link_row_bytes(self, n_draws=None):
+    def _link_row_bytes(self, n_draws=None, n_outputs=None):
         """Bytes per row the link allocates (numpy float64): the logit covariance, its
         square root and their temporaries, and the (draws, C) logits of ``"mc"`` (or of
         ``n_draws`` weight samples), their softmax and its temporaries."""
-        C = max(2, self._n_model_outputs)
+        C = max(2, self.laplace_.n_outputs if n_outputs is None else n_outputs)
         if n_draws is None:
             n_draws = self.n_samples if self.link_approx == "mc" else 0
         return 32 * C * (C + n_draws)
 
-    def _proba_from_moments(self, mean, cov):
+    def _proba_from_moments(self, mean, cov, likelihood=None, seed=None):
         """Predictive probabilities of the GLM moments (tensors) of any number of rows
-        under ``link_approx``, by blocks of rows within the prediction chunk."""
-        return self._by_rows(self._link_proba, (mean, cov), self._link_row_bytes())
+        under ``link_approx``, by blocks of rows within the prediction chunk (``likelihood``
+        and ``seed``: those of the fit, default ``laplace_``'s)."""
+        return by_rows(lambda m, c: self._link_proba(m, c, likelihood, seed), (mean, cov),
+                       self._link_row_bytes(n_outputs=mean.shape[1]))
 
-    def _link_proba(self, mean, cov):
+    def _link_proba(self, mean, cov, likelihood=None, seed=None):
         """Predictive probabilities of the GLM moments (tensors) under ``link_approx``."""
+        likelihood = self.laplace_.likelihood if likelihood is None else likelihood
         if self.link_approx == "probit":
             # predict_dist(X).proba() without building the logit Gaussian: same numbers.
             mean, cov = mean.cpu().numpy(), cov.cpu().numpy()
-            if self._likelihood.single_logit:
+            if likelihood.single_logit:
                 return binary_probit_proba(mean[:, 0], np.maximum(cov[:, 0, 0], 0.0))
             return probit_link(mean, cov)
-        return self._logit_dist(mean, cov, self.link_approx).proba()
-
-    def _held_out_nll(self, f, cov, y):
-        """Negative log predictive probability of each label of ``y`` (encoded)."""
-        return _label_nll(self._proba_from_moments(f, cov), y)
-
-    def _held_out_nll_of_samples(self, samples, y):
-        """:meth:`_held_out_nll` of the ``pred_type="nn"`` predictive of logit draws."""
-        return _label_nll(self._sampled_dist(samples).proba(), y)
+        return self._logit_dist(mean, cov, self.link_approx, likelihood=likelihood,
+                                seed=seed).proba()
 
     @torch_entry_point
     def predict_log_proba(self, X):

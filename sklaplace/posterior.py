@@ -65,10 +65,11 @@ class WeightPosterior:
     """
 
     def __init__(self, estimator):
-        subset = estimator._subset
+        fitted = estimator.laplace_
+        subset = fitted.subset
         base = _base_subset(subset)
         self._estimator = estimator
-        self._posterior = estimator._posterior
+        self._posterior = fitted.posterior
         self._theta = subset.theta.detach()
         self.mean = self._theta.cpu().numpy().astype(np.float64)
         self.n_params = int(subset.n_params)
@@ -80,8 +81,8 @@ class WeightPosterior:
             self.shapes = [whole.shapes[g] for g in used]
         else:
             self.names, self.shapes = list(base.names), list(base.shapes)
-        self.subset_of_weights = estimator.subset_of_weights_
-        self.hessian_structure = estimator.hessian_structure_
+        self.subset_of_weights = fitted.kind
+        self.hessian_structure = fitted.structure
 
     # ------------------------------------------------------------ linear algebra
     def _tensor(self, X):

@@ -7,12 +7,15 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from ._laplace import continual
+from . import _continual as continual
+from . import _policy as policy
+from ._base import BaseLaplace, keeps_state_on_failure
+from ._laplace.continual import Task
+from ._laplace.hyperparameters import TargetScale, weighted_spread
 from ._laplace.workflow import torch_entry_point
-from ._base import (PARAMETER_CONSTRAINTS, BaseLaplace, check_fit_weight,
-                    keeps_state_on_failure, positive_array, validate_numeric, weighted_spread,
-                    without_zero_weights)
-from ._base import check_positive
+from ._validation import (REGRESSOR_CONSTRAINTS, check_fit_weight, check_positive,
+                          partial_fit_available, positive_array, validate_numeric,
+                          without_zero_weights)
 from ._joint import joint_moments, per_output_cov, sample_joint
 from ._threads import thread_policy
 from .distributions import NormalPrediction
@@ -272,11 +275,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     """
 
     _likelihood_kinds = ("gaussian",)
-    _parameter_constraints = {
-        **PARAMETER_CONSTRAINTS,
-        "sigma_noise": "no_validation",  # a positive float or 1-D array: positive_array
-        "normalize_y": ["boolean"],
-    }
+    _parameter_constraints = REGRESSOR_CONSTRAINTS
 
     def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
                  batch_size=128, tol=1e-4, n_iter_no_change=10, solver="adam",
@@ -364,6 +363,10 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             outputs of y or is too small for its spread, or the network does not
             match the targets.
         """
+        return self._fit_rows(X, y, sample_weight)
+
+    def _fit_rows(self, X, y, sample_weight=None, task=None):
+        """``fit``'s body; ``task``: the first ``partial_fit`` call's."""
         X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
                                 y_numeric=True)
         try:
@@ -376,43 +379,25 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         sigma = positive_array("sigma_noise", self.sigma_noise)
         if sigma.size not in (1, y2.shape[1]):
             raise ValueError(f"sigma_noise has {sigma.size} values but y has {y2.shape[1]} outputs.")
-        self._y_ndim = y.ndim
         # A FrozenEstimator's net predicts in the units it was trained on: those of y for
         # a user's net, standardizing y would silently misread its outputs; the
         # standardized units of the estimator that trained it for a LaplaceRegressor's
         # net_ (it records them, TARGET_SCALING), reading those as y would too.
         frozen = isinstance(self.net, FrozenEstimator)
-        trained_scaling = self._trained_scaling(y2.shape[1]) if frozen else None
-        self._normalizes = bool(self.normalize_y) and not frozen
-        if trained_scaling is not None:
-            self._normalizes = True
-            self._y_mean, spread = trained_scaling
-        elif sample_weight is None:
-            self._y_mean = y2.mean(0) if self._normalizes else np.zeros(y2.shape[1])
-        else:
-            self._y_mean = (np.average(y2, axis=0, weights=sample_weight) if self._normalizes
-                            else np.zeros(y2.shape[1]))
-        if trained_scaling is None:
-            with np.errstate(over="ignore", invalid="ignore"):
-                spread = weighted_spread(y2, sample_weight, axis=0)
-        if not np.all(np.isfinite(spread)):
-            raise ValueError(
-                "y is too large for float64 arithmetic (its standard deviation overflows); "
-                "rescale the targets."
-            )
-        self._y_std = (np.where(spread > 0, spread, 1.0) if self._normalizes
-                       else np.ones(y2.shape[1]))
-        self._n_model_outputs = y2.shape[1]
-        y_model = (y2 - self._y_mean) / self._y_std
+        targets = TargetScale.fit(
+            y2, bool(self.normalize_y) and not frozen, y.ndim, sample_weight,
+            trained=self._trained_scaling(y2.shape[1]) if frozen else None)
+        y_model = targets.to_model(y2)
         if not frozen:  # only training can overflow
-            self._check_sigma_scale(sigma, y_model, sample_weight)
-        self._fit(X, y_model, "gaussian", y2.shape[1], self._y_std, sample_weight)
+            self._check_sigma_scale(sigma, y_model, targets.normalizes, sample_weight)
+        self._fit(X, y_model, "gaussian", y2.shape[1], targets, sample_weight, task=task)
         return self._record_scaling()
 
     def _record_scaling(self):
         """Record the standardization on a net this estimator trained (not on a frozen one)."""
-        if self._normalizes and not isinstance(self.net, FrozenEstimator):
-            setattr(self.net_, self.TARGET_SCALING, (self._y_mean.copy(), self._y_std.copy()))
+        targets = self.laplace_.targets
+        if targets.normalizes and not isinstance(self.net, FrozenEstimator):
+            setattr(self.net_, self.TARGET_SCALING, (targets.mean.copy(), targets.std.copy()))
         return self
 
     #: Attribute of a trained ``net_`` with the (mean, std) of the standardization its
@@ -432,7 +417,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
                 f"target(s), but y has {n_outputs} outputs.")
         return mean, std
 
-    @available_if(continual.partial_fit_available)
+    @available_if(partial_fit_available)
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
     @thread_policy
@@ -482,29 +467,30 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             If ``y`` has another number of outputs than on the first call.
         """
         if continual.is_first_call(self):
-            return continual.fit_first_task(self, self.fit, X, y, sample_weight)
+            return self._fit_rows(X, y, sample_weight, task=Task())
         X, y = validate_numeric(self, X, y, reset=False, dtype=[np.float64, np.float32],
                                 multi_output=True, y_numeric=True)
         y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
-        if y2.shape[1] != self._n_model_outputs:
+        targets = self.laplace_.targets
+        if y2.shape[1] != targets.mean.size:
             raise ValueError(
-                f"y has {y2.shape[1]} outputs but the earlier tasks had {self._n_model_outputs}.")
+                f"y has {y2.shape[1]} outputs but the earlier tasks had {targets.mean.size}.")
         sample_weight = check_fit_weight(sample_weight, X)
         X, y2, sample_weight = without_zero_weights(X, y2, sample_weight)
-        y_model = (y2 - self._y_mean) / self._y_std  # the units of the first task
-        continual.fit_next_task(self, X, y_model, self._y_std, sample_weight)
+        y_model = targets.to_model(y2)  # the units of the first task
+        continual.fit_next_task(self, X, y_model, sample_weight)
         return self._record_scaling()
 
     # Adam squares the gradients, of order std(y)/σ² per row: beyond ~1e15 they
     # overflow float32 (3e38) and the net silently stays at its initialization.
     MAX_GRADIENT_SCALE = 1e15
 
-    def _check_sigma_scale(self, sigma, y_model, sample_weight=None):
+    def _check_sigma_scale(self, sigma, y_model, normalizes, sample_weight=None):
         """Refuse a σ so small against the spread of the targets that training breaks."""
         spread = weighted_spread(y_model, sample_weight, axis=0)
         scale = np.where(spread > 0, spread, 1.0) / sigma**2
         if not np.all(scale <= self.MAX_GRADIENT_SCALE):
-            unit = "standardized y" if self._normalizes else "y"
+            unit = "standardized y" if normalizes else "y"
             floor = np.sqrt(np.max(np.where(spread > 0, spread, 1.0)) / self.MAX_GRADIENT_SCALE)
             raise ValueError(
                 f"sigma_noise={self.sigma_noise!r} (in units of {unit}) is too small for the "
@@ -515,59 +501,29 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             )
 
     def _default_tuning(self, n_rows):
-        # Online: the net is trained at the σ and δ its evidence chooses (Immer et al.
-        # 2021), not at the initial σ, which underfits or overfits the MAP itself.
-        if isinstance(self.net, FrozenEstimator) or np.size(self.sigma_noise) > 1:
-            return "evidence"
-        epochs = self.max_epochs if self.net is None else self.net.max_epochs
-        updates = epochs >= self.online_burn_in + self.online_frequency
-        return "online" if updates and self.subset_of_weights in ("auto", "all") else "evidence"
+        return policy.regressor_tuning(
+            isinstance(self.net, FrozenEstimator), np.size(self.sigma_noise),
+            self.max_epochs if self.net is None else self.net.max_epochs,
+            self.online_burn_in, self.online_frequency, self.subset_of_weights)
 
-    def _check_outputs(self, n_out):
-        if n_out != self._n_model_outputs:
+    def _check_outputs(self, likelihood, n_outputs, n_out):
+        if n_out != n_outputs:
             raise ValueError(
-                f"The network outputs {n_out} values per row but y has {self._n_model_outputs} "
+                f"The network outputs {n_out} values per row but y has {n_outputs} "
                 "outputs."
             )
 
-    # σ lives in model units inside. One σ shared by outputs standardized by different
-    # stds is a different noise per output in the units of y: σ·std_c, reported per output.
-    @property
-    def _sigma_per_output(self):
-        return self._normalizes and self._y_std.size > 1
-
-    def _sigma_model(self, sigma):
-        s = np.asarray(sigma, dtype=float)
-        if s.ndim == 0 or s.size == 1:
-            return torch.tensor(float(s.reshape(())) / float(self._y_std.mean()), dtype=torch.float64)
-        if self._sigma_fit.dim() == 0 and self._sigma_per_output:
-            shared = s / self._y_std
-            if not np.allclose(shared, shared[0], rtol=1e-9, atol=0):
-                raise ValueError(
-                    "sigma_noise: this fit has one noise σ for all outputs in standardized "
-                    "units, so sigma_noise must be c·std(y) per output (as sigma_noise_ is); "
-                    f"got {s.tolist()} for target stds {self._y_std.tolist()}.")
-            return torch.tensor(float(shared[0]), dtype=torch.float64)
-        return torch.as_tensor(s / self._y_std, dtype=torch.float64)
-
-    def _sigma_original(self, sigma):
-        if sigma.dim() == 0 and self._sigma_per_output:
-            return float(sigma) * self._y_std
-        s = sigma.cpu().numpy() * (self._y_std if sigma.dim() > 0 else self._y_std.mean())
-        return float(s) if np.ndim(s) == 0 else np.asarray(s)
-
-    def _initial_sigma(self, n_outputs):
+    def _initial_sigma(self):
         # The parameter is in the units the net is trained in: those of the standardized
         # target with normalize_y (as GaussianProcessRegressor's alpha), else of y.
         sigma = np.asarray(self.sigma_noise, dtype=float)
         return float(sigma.reshape(())) if sigma.size == 1 else sigma.copy()
 
-    def _evidence_offset(self, y_scale, n_rows):
-        # y = μ + s·y_model: log p(y) = log p(y_model) − N Σ_c log s_c.
-        return -n_rows * float(np.log(y_scale).sum())
+    def _evidence_offset(self, fitted):
+        return fitted.targets.evidence_offset(fitted.evidence.n_rows)
 
-    def _set_sigma_attr(self, sigma, y_scale):
-        self.sigma_noise_ = self._sigma_original(sigma)
+    def _store_sigma(self, fitted):
+        self.sigma_noise_ = fitted.targets.sigma_original(fitted.hyper.sigma)
 
     @thread_policy
     @torch_entry_point
@@ -600,24 +556,24 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             raise ValueError(
                 f"sigma_noise must have the form of sigma_noise_ (shape {np.shape(self.sigma_noise_)})."
             )
-        value = self._log_evidence(prior_precision, self._sigma_model(sigma))
-        return value + self._evidence_offset(self._y_std, self._evidence.n_rows)
+        fitted = self.laplace_
+        value = self._log_evidence(prior_precision,
+                                   fitted.targets.sigma_model(sigma, fitted.hyper.sigma))
+        return value + self._evidence_offset(fitted)
 
     def _output_moments(self, X):
         """Predictive mean, epistemic and aleatoric variance in the units of y."""
-        Xt = self._X_tensor(X)
+        Xt, fitted = self._X_tensor(X), self.laplace_
         if self.pred_type == "nn":  # per row chunk: no (S, n, C) outputs for all rows
             correction = int(self.n_samples > 1)
-            mean, var = self._nn_per_chunk(
+            mean, var = fitted.nn_per_chunk(
                 Xt, lambda samples: (samples.mean(0), samples.var(0, correction=correction)))
         else:  # per row chunk: no (n, C, C) covariance for all rows
-            mean, var = self._per_chunk(Xt, lambda f, cov: (
+            mean, var = fitted.per_chunk(Xt, lambda f, cov: (
                 f, torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0)))
-        sigma = self._sigma_fit.expand(mean.shape[1]).cpu().numpy()
-        mean = mean.cpu().numpy() * self._y_std + self._y_mean
-        var = var.cpu().numpy() * self._y_std**2
-        noise = np.broadcast_to((sigma * self._y_std) ** 2, var.shape).copy()
-        if self._y_ndim == 1:
+        mean, var, noise = fitted.targets.moments(mean.cpu().numpy(), var.cpu().numpy(),
+                                                  fitted.hyper.sigma)
+        if fitted.targets.ndim == 1:
             return mean[:, 0], var[:, 0], noise[:, 0]
         return mean, var, noise
 
@@ -682,7 +638,7 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             raise ValueError("At most one of return_std or return_cov can be requested.")
         if return_cov:
             mean, cov = joint_moments(self, X)
-            mean = mean[:, 0] if self._y_ndim == 1 else mean
+            mean = mean[:, 0] if self.laplace_.targets.ndim == 1 else mean
             return mean, per_output_cov(self, cov)
         mean, var, noise = self._output_moments(X)
         return (mean, np.sqrt(var + noise)) if return_std else mean
@@ -737,4 +693,5 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
             The value of each drawn function at each row and output.
         """
         f = self._function_samples(X, n_samples, random_state).cpu().numpy()
-        return f * self._y_std + self._y_mean
+        targets = self.laplace_.targets
+        return f * targets.std + targets.mean

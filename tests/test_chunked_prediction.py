@@ -3,7 +3,7 @@
 ``predict_proba`` / ``predict`` of the classifier and ``predict`` of the regressor never
 hold the (n, C, C) logit covariance, the MC draws (n, S, C) or the weight-sample outputs
 (S, n, C) for all rows: they concatenate (n, C) results of row chunks sized to
-``sklaplace._base.PREDICT_CHUNK_BYTES``. Checked three ways: forced one-row chunks give
+``sklaplace._laplace.fitted.PREDICT_CHUNK_BYTES``. Checked three ways: forced one-row chunks give
 the whole-array link of ``predict_dist`` (MC draws shared by all rows: common random
 numbers); no stage sees more rows than its chunk; and the peak resident memory of
 ``predict_proba`` on 20,000 rows × 40 classes, in a fresh process.
@@ -12,13 +12,14 @@ numbers); no stage sees more rows than its chunk; and the peak resident memory o
 import os
 import subprocess
 import sys
+import dataclasses
 import textwrap
 
 import numpy as np
 import pytest
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
-from sklaplace import _base
+from sklaplace._laplace import fitted as _fitted
 
 CONFIGS = [("all", "kron"), ("all", "diag"), ("all", "full"), ("last_layer", "full"),
            ("last_layer", "kron"), ("subnetwork", "full")]
@@ -48,7 +49,10 @@ def _spy_rows(monkeypatch, obj, name):
         rows.append(len(args[0]))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(obj, name, spy)
+    try:
+        monkeypatch.setattr(obj, name, spy)
+    except dataclasses.FrozenInstanceError:  # the fitted LA: its class's method, this object's
+        monkeypatch.setattr(type(obj), name, lambda self, *args, **kwargs: spy(*args, **kwargs))
     return rows
 
 
@@ -58,8 +62,8 @@ def test_one_row_chunks_give_the_whole_array_link(monkeypatch, subset, structure
     est, X = _classifier(subset, structure, link_approx=link, n_samples=50)
     whole = est.predict_dist(X).proba()  # the link on the (n, C, C) array of all rows
     assert np.allclose(est.predict_proba(X), whole, rtol=1e-12, atol=1e-14)
-    monkeypatch.setattr(_base, "PREDICT_CHUNK_BYTES", 1)  # one row per chunk
-    moment_rows = _spy_rows(monkeypatch, est._subset, "moments")
+    monkeypatch.setattr(_fitted, "PREDICT_CHUNK_BYTES", 1)  # one row per chunk
+    moment_rows = _spy_rows(monkeypatch, est.laplace_.subset, "moments")
     link_rows = _spy_rows(monkeypatch, est, "_link_proba")
     chunked = est.predict_proba(X)
     assert moment_rows == [1] * len(X) and link_rows == [1] * len(X)
@@ -74,8 +78,8 @@ def test_one_row_chunks_give_the_whole_array_link(monkeypatch, subset, structure
 def test_sampled_net_predictive_per_chunk_shares_the_weight_samples(monkeypatch, k):
     est, X = _classifier("all", "diag", k=k, pred_type="nn", n_samples=20)
     whole = est.predict_dist(X).proba()
-    monkeypatch.setattr(_base, "PREDICT_CHUNK_BYTES", 1)
-    sample_rows = _spy_rows(monkeypatch, est, "_nn_samples")
+    monkeypatch.setattr(_fitted, "PREDICT_CHUNK_BYTES", 1)
+    sample_rows = _spy_rows(monkeypatch, est.laplace_, "nn_samples")
     np.testing.assert_allclose(est.predict_proba(X), whole, rtol=1e-10, atol=1e-13)
     assert sample_rows == [1] * len(X)
 
@@ -90,9 +94,9 @@ def test_mc_probabilities_of_a_row_do_not_depend_on_the_other_rows():
 def test_held_out_link_runs_by_blocks_of_rows(monkeypatch):
     """The link of moments already computed (held-out tuning) is applied by row blocks."""
     est, X = _classifier("all", "diag", link_approx="mc", n_samples=40)
-    f, cov = est._glm_moments(est._X_tensor(X))
+    f, cov = est.laplace_.glm_moments(est._X_tensor(X))
     whole = est._link_proba(f, cov)
-    monkeypatch.setattr(_base, "PREDICT_CHUNK_BYTES", 5 * est._link_row_bytes())
+    monkeypatch.setattr(_fitted, "PREDICT_CHUNK_BYTES", 5 * est._link_row_bytes())
     link_rows = _spy_rows(monkeypatch, est, "_link_proba")
     np.testing.assert_allclose(est._proba_from_moments(f, cov), whole, rtol=1e-12)
     assert max(link_rows) == 5 and sum(link_rows) == len(X)
@@ -108,9 +112,9 @@ def test_regressor_per_chunk_equals_one_chunk(monkeypatch, pred_type, n_targets)
                            hyperparameter_tuning=None, pred_type=pred_type, n_samples=10,
                            random_state=0).fit(X, y)
     mean, std = est.predict(X, return_std=True)
-    monkeypatch.setattr(_base, "PREDICT_CHUNK_BYTES", 1)
-    spied = _spy_rows(monkeypatch, *((est._subset, "moments") if pred_type == "glm"
-                                     else (est, "_nn_samples")))
+    monkeypatch.setattr(_fitted, "PREDICT_CHUNK_BYTES", 1)
+    spied = _spy_rows(monkeypatch, *((est.laplace_.subset, "moments") if pred_type == "glm"
+                                     else (est.laplace_, "nn_samples")))
     mean_chunked, std_chunked = est.predict(X, return_std=True)
     assert spied == [1] * len(X)
     np.testing.assert_allclose(mean_chunked, mean, rtol=1e-12, atol=1e-14)

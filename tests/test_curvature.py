@@ -666,9 +666,9 @@ def test_spectrum_only_gives_the_same_scalar_evidence():
         est = LaplaceRegressor(hidden_layer_sizes=(8,), max_epochs=3, hyperparameter_tuning=None,
                                subset_of_weights="all", hessian_structure="full",
                                random_state=0).fit(X, y)
-        device = est._subset.theta.device
+        device = est.laplace_.subset.theta.device
         y_model = torch.as_tensor((y - y.mean()) / y.std(), device=device)
-        args = (est._subset, Gaussian(), torch.as_tensor(X, device=device), y_model,
+        args = (est.laplace_.subset, Gaussian(), torch.as_tensor(X, device=device), y_model,
                 torch.ones(1, dtype=torch.float64, device=device))
         full = compute_posterior("full", *args)
         spectrum = compute_posterior("full", *args, eigenvalues_only=True)

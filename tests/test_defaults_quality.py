@@ -57,7 +57,7 @@ def test_default_regressor_beats_its_map_and_is_unit_free():
                              + 0.5 * ((scale * yte - mean) / std) ** 2) - np.log(scale)
         with torch.no_grad():
             f = est.net_.module_(est._X_tensor(Xte).float()).double().cpu().numpy()[:, 0]
-        map_mean = f * est._y_std[0] + est._y_mean[0]
+        map_mean = f * est.laplace_.targets.std[0] + est.laplace_.targets.mean[0]
         map_nll = np.mean(0.5 * np.log(2 * np.pi * est.sigma_noise_**2)
                           + 0.5 * ((scale * yte - map_mean) / est.sigma_noise_) ** 2) - np.log(scale)
         assert nll[scale] <= map_nll + 1e-9

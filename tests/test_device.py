@@ -96,7 +96,7 @@ def test_cuda_equals_cpu(subset, structure, kind, tuning):
         params["prior_structure"] = "scalar"
     cpu = Est(cpu_net, **params).fit(X, y)
     gpu = Est(cuda_net, **params).fit(X, y)
-    assert gpu._posterior is not None and gpu._subset.theta.is_cuda
+    assert gpu.laplace_.posterior is not None and gpu.laplace_.subset.theta.is_cuda
     np.testing.assert_allclose(gpu.prior_precision_, cpu.prior_precision_, rtol=1e-5)
     np.testing.assert_allclose(gpu.log_evidence_, cpu.log_evidence_, rtol=1e-8)
     if kind == "classification":
@@ -116,7 +116,7 @@ def test_default_mlp_on_cuda(tuning):
     X, y = load_iris(return_X_y=True)
     clf = LaplaceClassifier(device="cuda", hyperparameter_tuning=tuning, max_epochs=20,
                             random_state=0).fit(X, y)
-    assert next(clf.net_.module_.parameters()).is_cuda and clf._subset.theta.is_cuda
+    assert next(clf.net_.module_.parameters()).is_cuda and clf.laplace_.subset.theta.is_cuda
     np.testing.assert_allclose(clf.predict_proba(X).sum(1), 1)
     reg = LaplaceRegressor(device="cuda", hyperparameter_tuning=tuning, max_epochs=20,
                            random_state=0).fit(X[:, 1:], X[:, 0])

@@ -147,14 +147,14 @@ def test_with_prior_leaves_the_fitted_curvature_alone(structure):
     clf = LaplaceClassifier(hidden_layer_sizes=(6,), max_epochs=10, subset_of_weights="all",
                             hessian_structure=structure, lowrank_rank=5,
                             hyperparameter_tuning=None, random_state=0).fit(X, y)
-    assert clf._posterior is not clf._evidence.posterior
+    assert clf.laplace_.posterior is not clf.laplace_.evidence.posterior
     before = clf.predict_proba(X)
-    other = clf._evidence.posterior.with_prior(torch.tensor(100.0, dtype=torch.float64),
+    other = clf.laplace_.evidence.posterior.with_prior(torch.tensor(100.0, dtype=torch.float64),
                                                torch.tensor(1.0, dtype=torch.float64))
     Xt = clf._X_tensor(X)
     with torch.no_grad():
-        _, cov_other = clf._subset.moments(Xt, other)
-        _, cov_fitted = clf._subset.moments(Xt, clf._posterior)
+        _, cov_other = clf.laplace_.subset.moments(Xt, other)
+        _, cov_fitted = clf.laplace_.subset.moments(Xt, clf.laplace_.posterior)
     assert not torch.allclose(cov_other, cov_fitted)
     np.testing.assert_array_equal(clf.predict_proba(X), before)
     clf.log_evidence(prior_precision=3.0)

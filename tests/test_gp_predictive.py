@@ -55,7 +55,7 @@ def test_gp_subset_rows_stand_for_all_rows():
     X, y, _ = _data(n=60)
     net = _frozen(4, 3, 8)
     gp = LaplaceClassifier(net, pred_type="gp", gp_subset_size=15, **COMMON).fit(X, y)
-    rows = np.sort(np.random.RandomState(gp._prediction_seed).choice(60, 15, replace=False))
+    rows = np.sort(np.random.RandomState(gp.laplace_.prediction_seed).choice(60, 15, replace=False))
     # the same GP: the full GLM posterior of those rows, each weighing N/M = 4
     ref = LaplaceClassifier(net, hessian_structure="full", **COMMON).fit(
         X[rows], y[rows], sample_weight=np.full(15, 4.0))

@@ -38,8 +38,8 @@ def test_variance_path_equals_the_posterior_at_each_prior(structure):
     X, y = _clf_data()
     est = LaplaceClassifier(hessian_structure=structure, subset_of_weights="all",
                             hyperparameter_tuning=None, lowrank_rank=5, **FAST).fit(X, y)
-    post = est._evidence.posterior
-    _, J = est._subset.jacobians(est._X_tensor(X[:7]))
+    post = est.laplace_.evidence.posterior
+    _, J = est.laplace_.subset.jacobians(est._X_tensor(X[:7]))
     path = variance_path(post, J)
     for delta, s in [(0.3, 1.0), (5.0, 2.0)]:
         got = path(delta, s)
@@ -69,7 +69,7 @@ def test_cv_picks_the_grid_prior_of_smallest_held_out_nll_and_refits():
     part = LaplaceClassifier(net, hyperparameter_tuning=None).fit(X[fit], y[fit])
     losses = []
     for log10 in LOG10_PRIOR_GRID:
-        part._posterior = part._evidence.posterior.with_prior(
+        part.laplace_.posterior = part.laplace_.evidence.posterior.with_prior(
             torch.tensor(10.0**log10, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64))
         proba = part.predict_proba(X[held])
         losses.append(-np.log(proba[np.arange(len(held)), y[held]]))
@@ -119,14 +119,14 @@ def test_cv_regressor_tunes_sigma_and_prior_on_held_out_rows():
                            random_state=0).fit(X, y)
     fit, held = validation_split(len(y), est.validation_fraction, _cv_seed(est))
     # the net of a normalize_y fit is read in its standardized units: so is sigma_noise
-    sigma_model = est.sigma_noise_ / est._y_std.mean()
+    sigma_model = est.sigma_noise_ / est.laplace_.targets.std.mean()
     part = LaplaceRegressor(net, hyperparameter_tuning=None, normalize_y=False,
                             prior_precision=est.prior_precision_,
                             sigma_noise=sigma_model).fit(X[fit], y[fit])
     mean, std = part.predict(X[held], return_std=True)
     nll = np.mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * ((y[held] - mean) / std) ** 2)
     # validation_nll_ is in model (standardized) units, nll in the units of y
-    assert nll == pytest.approx(est.validation_nll_ + np.log(est._y_std.mean()), rel=1e-6)
+    assert nll == pytest.approx(est.validation_nll_ + np.log(est.laplace_.targets.std.mean()), rel=1e-6)
     # At a fixed ρ = δ/s(σ) the predictive variance scales as σ², so σ is optimal on the
     # held-out rows exactly when the standardized squared residuals average one.
     assert np.mean(((y[held] - mean) / std) ** 2) == pytest.approx(1.0, abs=1e-4)
@@ -242,7 +242,7 @@ def test_cv_regressor_with_nn_predictive_scores_the_sampled_net():
     params = dict(pred_type="nn", n_samples=30, normalize_y=False, random_state=0)
     est = LaplaceRegressor(net, hyperparameter_tuning="cv", **params).fit(X, y)
     fit, held = validation_split(len(y), est.validation_fraction, _cv_seed(est))
-    sigma = est.sigma_noise_ / est._y_std.mean()  # model units, as validation_nll_
+    sigma = est.sigma_noise_ / est.laplace_.targets.std.mean()  # model units, as validation_nll_
     rho = est.prior_precision_ * sigma**2
     assert np.log10(rho) == pytest.approx(np.round(np.log10(rho)), abs=1e-9)  # a decade
 
@@ -252,7 +252,7 @@ def test_cv_regressor_with_nn_predictive_scores_the_sampled_net():
         mean, std = part.predict(X[held], return_std=True)
         return np.mean(0.5 * np.log(2 * np.pi * std**2) + 0.5 * ((y[held] - mean) / std) ** 2)
 
-    scale = np.log(est._y_std.mean())  # validation_nll_ is in standardized units
+    scale = np.log(est.laplace_.targets.std.mean())  # validation_nll_ is in standardized units
     assert held_out_nll(sigma) == pytest.approx(est.validation_nll_ + scale, rel=1e-6)
     for factor in (0.9, 1.1):  # σ is the best at that ρ
         assert held_out_nll(factor * sigma) > held_out_nll(sigma)
@@ -265,8 +265,8 @@ def test_kron_variance_path_for_all_grid_values_at_once_equals_one_by_one():
     est = LaplaceClassifier(hyperparameter_tuning=None, hessian_structure="kron",
                             subset_of_weights="all", **FAST).fit(X, y)
     with torch.no_grad():
-        _, J = est._subset.jacobians(torch.as_tensor(X[:30], dtype=torch.float64))
-        path = variance_path(est._evidence.posterior, J)
+        _, J = est.laplace_.subset.jacobians(torch.as_tensor(X[:30], dtype=torch.float64))
+        path = variance_path(est.laplace_.evidence.posterior, J)
         deltas = 10.0 ** LOG10_PRIOR_GRID
         together = path.many(deltas, 0.7, chunk_bytes=1)  # one row at a time
         for d, cov in zip(deltas, together):

@@ -59,7 +59,7 @@ def _closed_form(X, y, delta, sigma, bias=True):
 
 
 def _theta(est):
-    return est._subset.theta.numpy()
+    return est.laplace_.subset.theta.numpy()
 
 
 # ------------------------------------------------------------ exact: Bayesian linear regression
@@ -84,7 +84,7 @@ def test_sequential_linear_regression_equals_union(structure, bias):
     np.testing.assert_allclose(mean, Xb @ theta, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(std, np.sqrt(np.einsum("ni,ij,nj->n", Xb, cov, Xb) + sigma**2),
                                rtol=1e-8)
-    np.testing.assert_allclose(seq._posterior.marginal_variance().numpy(), np.diag(cov),
+    np.testing.assert_allclose(seq.laplace_.posterior.marginal_variance().numpy(), np.diag(cov),
                                rtol=1e-8)
     assert first_evidence + seq.log_evidence_ == pytest.approx(union.log_evidence_, rel=1e-7)
     assert seq.n_tasks_ == 2
@@ -114,9 +114,9 @@ def test_diagonal_linear_regression_covariance_is_the_union_diagonal():
     seq = LaplaceRegressor(_lbfgs_net(), **common).partial_fit(X[:25], y[:25])
     seq.partial_fit(X[25:], y[25:])
     Xb = np.hstack([X, np.ones((60, 1))])
-    np.testing.assert_allclose(seq._posterior.h.numpy(), (Xb**2).sum(0), rtol=1e-10)
-    np.testing.assert_allclose(seq._posterior.marginal_variance().numpy(),
-                               union._posterior.marginal_variance().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(seq.laplace_.posterior.h.numpy(), (Xb**2).sum(0), rtol=1e-10)
+    np.testing.assert_allclose(seq.laplace_.posterior.marginal_variance().numpy(),
+                               union.laplace_.posterior.marginal_variance().numpy(), rtol=1e-10)
 
 
 # ------------------------------------------------------------ exact: curvature sums at a frozen net
@@ -148,8 +148,8 @@ def test_frozen_net_tasks_sum_to_the_union(structure):
     X_test = rng.randn(6, 4)
     np.testing.assert_allclose(seq.predict_proba(X_test), union.predict_proba(X_test),
                                rtol=1e-9)
-    np.testing.assert_allclose(seq._posterior.marginal_variance().numpy(),
-                               union._posterior.marginal_variance().numpy(), rtol=1e-8)
+    np.testing.assert_allclose(seq.laplace_.posterior.marginal_variance().numpy(),
+                               union.laplace_.posterior.marginal_variance().numpy(), rtol=1e-8)
     assert sum(evidences) == pytest.approx(union.log_evidence_, rel=1e-9)
     assert seq.n_tasks_ == 3 and seq.hessian_structure_ == structure
 
@@ -242,18 +242,18 @@ def test_accumulated_diagonal_of_trained_tasks_is_the_sum_of_the_tasks_diagonals
     est = LaplaceClassifier(hidden_layer_sizes=(4,), max_epochs=15, hessian_structure="diag",
                             random_state=0)
     est.partial_fit(X[:30], y[:30], classes=[0, 1])
-    h1 = est._posterior.h.clone()
-    theta1 = est._subset.theta.clone()
+    h1 = est.laplace_.posterior.h.clone()
+    theta1 = est.laplace_.subset.theta.clone()
     est.partial_fit(X[30:], y[30:])
-    device = est._subset.theta.device
-    h2 = compute_posterior("diag", est._subset, LIKELIHOODS["bernoulli"](),
+    device = est.laplace_.subset.theta.device
+    h2 = compute_posterior("diag", est.laplace_.subset, LIKELIHOODS["bernoulli"](),
                            torch.as_tensor(X[30:], device=device),
                            torch.as_tensor(y[30:], device=device).to(DT),
                            torch.ones(1, dtype=DT, device=device)).h
-    assert not torch.allclose(est._subset.theta, theta1)  # the net was trained on task 2
-    torch.testing.assert_close(est._posterior.h, h1 + h2, rtol=1e-12, atol=1e-14)
+    assert not torch.allclose(est.laplace_.subset.theta, theta1)  # the net was trained on task 2
+    torch.testing.assert_close(est.laplace_.posterior.h, h1 + h2, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(
-        est._posterior.marginal_variance().cpu().numpy(),
+        est.laplace_.posterior.marginal_variance().cpu().numpy(),
         1 / (h1 + h2 + est.prior_precision_).cpu().numpy(), rtol=1e-12)
 
 
@@ -353,14 +353,14 @@ def test_partial_fit_after_fit_continues():
     X, y = _blobs(n=60)
     est = LaplaceClassifier(subset_of_weights="all", hessian_structure="diag", **SMALL)
     est.fit(X[:30], y[:30])
-    h1, theta1 = est._posterior.h.clone(), est._subset.theta.clone()
+    h1, theta1 = est.laplace_.posterior.h.clone(), est.laplace_.subset.theta.clone()
     est.partial_fit(X[30:], y[30:])
     assert est.n_tasks_ == 2
     assert est.hessian_structure_ == "diag" and est.subset_of_weights_ == "all"
-    assert (est._posterior.h >= h1 - 1e-12).all() and (est._posterior.h > h1 + 1e-6).any()
-    assert not torch.allclose(est._subset.theta, theta1)
+    assert (est.laplace_.posterior.h >= h1 - 1e-12).all() and (est.laplace_.posterior.h > h1 + 1e-6).any()
+    assert not torch.allclose(est.laplace_.subset.theta, theta1)
     # the MAP was trained from the previous one: after 10 epochs it is still near it
-    assert (est._subset.theta - theta1).norm() < theta1.norm()
+    assert (est.laplace_.subset.theta - theta1).norm() < theta1.norm()
     # fit starts over
     est.fit(X, y)
     assert not hasattr(est, "n_tasks_")
@@ -417,7 +417,7 @@ def test_pickling_between_calls_changes_nothing():
 def test_a_failed_call_leaves_the_estimator_as_it_was(monkeypatch):
     """A call that raised after training (here in the Laplace fit) left net_ trained on
     the failed task, out of step with the posterior: the next call started from it."""
-    from sklaplace import _base
+    from sklaplace import _continual
 
     X, y = _blobs(n=90)
     est = LaplaceClassifier(hessian_structure="kron", **SMALL)
@@ -429,12 +429,12 @@ def test_a_failed_call_leaves_the_estimator_as_it_was(monkeypatch):
         raise RuntimeError("interrupted")
 
     with monkeypatch.context() as patch:
-        patch.setattr(_base.BaseLaplace, "_fit_laplace", fail)
+        patch.setattr(_continual, "fit_laplace", fail)
         with pytest.raises(RuntimeError, match="interrupted"):
             est.partial_fit(X[60:], y[60:])
     assert est.n_tasks_ == 1
     torch.testing.assert_close(AllWeights(est.net_.module_).theta.double(),
-                               est._subset.theta, rtol=0, atol=1e-6)
+                               est.laplace_.subset.theta, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(est.partial_fit(X[30:60], y[30:60]).predict_proba(X), ref)
 
 
@@ -468,10 +468,10 @@ def test_regressor_keeps_the_first_task_units():
     X, _ = _blobs(n=60)
     y = 100 + 10 * X[:, 0]
     est = LaplaceRegressor(hessian_structure="diag", **SMALL).partial_fit(X[:30], y[:30])
-    mean, std = est._y_mean.copy(), est._y_std.copy()
+    mean, std = est.laplace_.targets.mean.copy(), est.laplace_.targets.std.copy()
     est.partial_fit(X[30:], y[30:] + 50)
-    np.testing.assert_array_equal(est._y_mean, mean)
-    np.testing.assert_array_equal(est._y_std, std)
+    np.testing.assert_array_equal(est.laplace_.targets.mean, mean)
+    np.testing.assert_array_equal(est.laplace_.targets.std, std)
 
 
 

@@ -85,7 +85,7 @@ def test_laplace_refinement_of_logistic_regression_is_its_exact_la(structure, st
     net = _frozen(4, 3, theta=theta if start == "mode" else None)
     clf = LaplaceClassifier(net, hessian_structure=structure, refine="laplace",
                             **COMMON).fit(X, y)
-    np.testing.assert_allclose(clf._subset.theta.numpy(), theta, atol=1e-8)
+    np.testing.assert_allclose(clf.laplace_.subset.theta.numpy(), theta, atol=1e-8)
     X_test = np.random.RandomState(1).randn(7, 4)
     J = _linear_jacobians(X_test, 3)
     cov = np.linalg.inv(H) if structure == "full" else np.diag(1 / np.diag(H))
@@ -108,7 +108,7 @@ def test_laplace_refinement_with_row_weights_equals_duplicated_rows():
     theta, H = _softmax_regression_la(X, y, 3, DELTA, weight)
     clf = LaplaceClassifier(_frozen(4, 3), hessian_structure="full", refine="laplace",
                             **COMMON).fit(X, y, sample_weight=weight)
-    np.testing.assert_allclose(clf._subset.theta.numpy(), theta, atol=1e-8)
+    np.testing.assert_allclose(clf.laplace_.subset.theta.numpy(), theta, atol=1e-8)
     X_test = np.random.RandomState(1).randn(5, 4)
     J = _linear_jacobians(X_test, 3)
     np.testing.assert_allclose(clf.predict_dist(X_test).logit_cov,
@@ -275,9 +275,9 @@ def test_diagonal_vi_of_a_gaussian_likelihood_is_the_mean_field_optimum():
 def _glm_log_joint_and_grad(clf, X, y, theta):
     """−L(θ) of the GLM of clf's net at θ* and its gradient, by autograd through
     ``torch.func.jvp`` (independent of the cached Jacobians)."""
-    module = clf._subset.module
-    names = clf._subset.base.names
-    star = clf._subset.base.theta
+    module = clf.laplace_.subset.module
+    names = clf.laplace_.subset.base.names
+    star = clf.laplace_.subset.base.theta
     shapes = [p.shape for _, p in module.named_parameters()]
 
     def unflatten(vec):
@@ -306,8 +306,8 @@ def test_laplace_refinement_on_a_net_reaches_the_glm_mode():
     net = _frozen(4, 3, hidden=6)
     clf = LaplaceClassifier(net, hessian_structure="full", refine="laplace",
                             **COMMON).fit(X, y)
-    start, _ = _glm_log_joint_and_grad(clf, X, y, clf._subset.base.theta)
-    value, grad = _glm_log_joint_and_grad(clf, X, y, clf._subset.theta)
+    start, _ = _glm_log_joint_and_grad(clf, X, y, clf.laplace_.subset.base.theta)
+    value, grad = _glm_log_joint_and_grad(clf, X, y, clf.laplace_.subset.theta)
     assert value > start + 1.0  # an untrained net is far from the GLM mode
     assert float(grad.abs().max()) < 1e-6
     assert clf.refine_objective_init_ == pytest.approx(start, rel=1e-10)
@@ -577,9 +577,9 @@ def test_cv_tuning_with_refine_scores_the_refined_predictive(method, pred_type, 
 def test_refine_with_auto_structure_beyond_the_full_budget_takes_the_diagonal(
         Estimator, tuning, monkeypatch):
     # "auto" chose Kronecker factors there, which refine refused after training
-    from sklaplace import _base
+    from sklaplace import _policy
 
-    monkeypatch.setattr(_base, "AUTO_FULL_SECONDS", 0.0)
+    monkeypatch.setattr(_policy, "AUTO_FULL_SECONDS", 0.0)
     X, y = _data(n=60)
     est = Estimator(hidden_layer_sizes=(6,), max_epochs=10, refine="laplace",
                     hyperparameter_tuning=tuning, online_frequency=5, random_state=0)

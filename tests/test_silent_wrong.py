@@ -122,7 +122,7 @@ def test_concurrent_last_layer_predictions_through_a_hook_see_their_own_rows():
                               train_split=None, verbose=0)
     est = LaplaceClassifier(net, subset_of_weights="last_layer", hessian_structure="full",
                             random_state=0).fit(X, y)
-    assert est._subset.body is None
+    assert est.laplace_.subset.body is None
     blocks = [X[i:i + 10] for i in range(0, 60, 10)]
     refs = [est.predict_proba(b) for b in blocks]
     counter = iter(range(10**6))
@@ -257,7 +257,7 @@ def test_cuda_device_without_cuda_is_named():
 
 # ------------------------------------------------------------ 9. long fits
 def test_full_structure_time_estimate_warns(monkeypatch):
-    import sklaplace._base as base
+    import sklaplace._policy as base
 
     monkeypatch.setattr(base, "TIME_BUDGET_SECONDS", 1e-9)
     rng = np.random.RandomState(0)
@@ -267,7 +267,7 @@ def test_full_structure_time_estimate_warns(monkeypatch):
 
 
 def test_full_structure_seconds_counts_the_flops():
-    from sklaplace._base import ASSUMED_FLOPS, full_structure_seconds
+    from sklaplace._policy import ASSUMED_FLOPS, full_structure_seconds
 
     # P = 14.4k weights, N·C = 15k (the issue's case): the decomposition dominates.
     assert full_structure_seconds(15_000, 1, 14_400) * ASSUMED_FLOPS == pytest.approx(
@@ -276,7 +276,7 @@ def test_full_structure_seconds_counts_the_flops():
 
 
 def base_budget():
-    from sklaplace._base import TIME_BUDGET_SECONDS
+    from sklaplace._policy import TIME_BUDGET_SECONDS
 
     return TIME_BUDGET_SECONDS
 
@@ -369,12 +369,12 @@ def test_random_nets_property(depth, width, activation, freeze, residual, task, 
     sigma = getattr(est, "_sigma_fit", None) if task == "regression" else None
     log_delta = torch.tensor(np.log(est.prior_precision_), dtype=torch.float64,
                              requires_grad=True)
-    value = est._evidence(log_delta.exp(), sigma)
+    value = est.laplace_.evidence(log_delta.exp(), sigma)
     (grad,) = torch.autograd.grad(value, log_delta)
     h = 1e-5
     with torch.no_grad():
-        up = est._evidence((log_delta + h).exp(), sigma)
-        down = est._evidence((log_delta - h).exp(), sigma)
+        up = est.laplace_.evidence((log_delta + h).exp(), sigma)
+        down = est.laplace_.evidence((log_delta - h).exp(), sigma)
     numeric = float((up - down) / (2 * h))
     assert grad.item() == pytest.approx(numeric, rel=1e-4, abs=1e-5 * max(1.0, abs(value.item())))
 
@@ -404,7 +404,7 @@ def test_frozen_regressor_predicts_in_the_units_it_was_trained_on():
 
 def test_online_default_on_a_batchnorm_net_beyond_the_full_budget(monkeypatch):
     # "auto" online structure: kron needs nn.Linear layers only; a BatchNorm net gets diag
-    import sklaplace._base as base
+    import sklaplace._policy as base
 
     monkeypatch.setattr(base, "AUTO_FULL_SECONDS", 0.0)
     rng = np.random.RandomState(0)
@@ -432,7 +432,7 @@ def test_all_weights_auto_structure_beyond_the_full_budget(monkeypatch, tuning):
     """subset_of_weights="all", hessian_structure="auto": online tuned δ on Kronecker
     factors (the full GGN was over budget) and the final LA then took the full GGN
     anyway; post hoc, "all" + "auto" took the full GGN at any cost."""
-    import sklaplace._base as base
+    import sklaplace._policy as base
 
     monkeypatch.setattr(base, "AUTO_FULL_SECONDS", 0.0)
     X, y = _linear_data(1.0)
@@ -452,7 +452,7 @@ def test_all_weights_auto_structure_beyond_the_full_budget(monkeypatch, tuning):
 def test_auto_structure_with_a_prior_kron_cannot_hold_takes_the_diagonal(
         monkeypatch, tuning, prior):
     # "auto" chose Kronecker factors beyond the full budget, and the fit then raised
-    import sklaplace._base as base
+    import sklaplace._policy as base
 
     monkeypatch.setattr(base, "AUTO_FULL_SECONDS", 0.0)
     X, y = _linear_data(1.0)
@@ -491,8 +491,8 @@ def test_layerwise_evidence_tuning_of_a_subnetwork_keeps_the_tuned_values(Estima
     est = Estimator(hidden_layer_sizes=(8,), subset_of_weights="subnetwork", subnetwork=12,
                     prior_structure="layerwise", hyperparameter_tuning="evidence",
                     **FAST).fit(X, y)
-    touched = np.unique(est._subset.group_index)
-    assert not np.isin(0, est._subset.whole_index) or len(touched) > 1
+    touched = np.unique(est.laplace_.subset.group_index)
+    assert not np.isin(0, est.laplace_.subset.whole_index) or len(touched) > 1
     base = est.log_evidence()
     assert base == pytest.approx(est.log_evidence_)
     for t in touched:

@@ -168,11 +168,11 @@ def test_ctrl_c_under_cv_tuning_does_not_restart_training(ctrl_c):
 def test_ctrl_c_in_a_later_partial_fit_keeps_the_earlier_tasks(ctrl_c):
     X, y, _ = _data()
     est = LaplaceClassifier(_user_net(), random_state=0).partial_fit(X, y, classes=[0, 1])
-    posterior, expected = est._posterior, est.predict_proba(X)
+    posterior, expected = est.laplace_.posterior, est.predict_proba(X)
     est.set_params(net=_user_net(ctrl_c(after=2)))
     with pytest.raises(KeyboardInterrupt):
         est.partial_fit(X[::-1], y[::-1])
-    assert est._posterior is posterior and est.n_tasks_ == 1
+    assert est.laplace_.posterior is posterior and est.n_tasks_ == 1
     np.testing.assert_array_equal(est.predict_proba(X), expected)
 
 

@@ -29,6 +29,9 @@ N(θ*_{t−1}, Λ_{t−1}⁻¹) with Λ_{t−1} = s·H_{<t} + D:
   exact, so the per-task evidences sum to the evidence of the union (the
   diagonal and Kronecker priors approximate Λ_{t−1}: the next MAP moves).
 
+The calls themselves (training from θ*_{t−1}, storing the fit) are orchestrated by
+``sklaplace._continual``; this module is their maths.
+
 Supported: all weights with the full, diagonal or Kronecker structure (not the
 last layer, a subnetwork or the low-rank structure: the curvature of weights
 outside the LA would be missing from the prior), scalar ``sigma_noise``,
@@ -42,127 +45,25 @@ import torch
 
 from .evidence import Evidence
 from .posterior import DiagPosterior, EigenPosterior, KronPosterior
-from .prior import expand_prior, tensor_sizes
 
 STRUCTURES = ("full", "diag", "kron")
 
 
-# ---------------------------------------------------------------- availability
-def partial_fit_available(estimator):
-    """``available_if`` check of ``partial_fit``: the configurations it supports.
-
-    Raises AttributeError (so ``hasattr(est, "partial_fit")`` is False, as for
-    ``MLPClassifier(solver="lbfgs")``) naming what to change.
-    """
-    reasons = []
-    if estimator.subset_of_weights not in ("auto", "all"):
-        reasons.append(f"subset_of_weights={estimator.subset_of_weights!r} (use 'all')")
-    if estimator.hessian_structure not in ("auto", *STRUCTURES):
-        reasons.append(f"hessian_structure={estimator.hessian_structure!r} "
-                       "(use 'full', 'diag' or 'kron')")
-    if estimator.hyperparameter_tuning in ("cv", "online"):
-        reasons.append(f"hyperparameter_tuning={estimator.hyperparameter_tuning!r} "
-                       "(use 'evidence', 'auto' or None)")
-    if estimator.pred_type == "gp":
-        reasons.append("pred_type='gp' (use 'glm' or 'nn')")
-    if getattr(estimator, "refine", None) is not None:
-        # refinement's GLM has the prior N(0, δ⁻¹), not the earlier tasks' posterior
-        reasons.append(f"refine={estimator.refine!r} (use None)")
-    if reasons:
-        raise AttributeError(
-            "partial_fit (continual learning) needs the Laplace approximation over all "
-            "weights with a full, diagonal or Kronecker posterior and no held-out or online "
-            "tuning; not available with " + ", ".join(reasons) + "."
-        )
-    return True
-
-
-def is_first_call(estimator):
-    """Whether ``partial_fit`` starts from scratch (nothing fitted yet)."""
-    return not hasattr(estimator, "_posterior")
-
-
-def resolve_tuning(hyperparameter_tuning):
-    """``"auto"`` means the evidence in continual learning (no held-out data, C.4)."""
-    return "evidence" if hyperparameter_tuning == "auto" else hyperparameter_tuning
-
-
-def check_classes(estimator, classes, y, first):
-    """Classes of a classifier's ``partial_fit`` call, as ``SGDClassifier`` checks them.
-
-    ``classes`` is required on the first call and, when given later, must equal
-    ``classes_``; every label of ``y`` must be one of them.  Returns the sorted classes.
-    """
-    if first:
-        if classes is None:
-            raise ValueError(
-                "classes must be passed on the first call to partial_fit (all the labels "
-                "of every task to come, as in SGDClassifier.partial_fit).")
-        known = np.unique(np.asarray(classes))
-    else:
-        known = estimator.classes_
-        if classes is not None and not np.array_equal(np.unique(np.asarray(classes)), known):
-            raise ValueError(
-                f"classes={classes!r} is not the same as on the first call to partial_fit "
-                f"(or in fit), classes_={known!r}.")
-    unseen = np.setdiff1d(np.asarray(y), known)
-    if unseen.size:
-        after_fit = not first and "n_tasks_" not in estimator.__dict__
-        raise ValueError(
-            f"y contains labels {unseen.tolist()!r} that are not in classes {known.tolist()!r} "
-            + ("seen by fit (partial_fit after fit continues with fit's classes; fit on all "
-               "the labels, or start over with partial_fit(X, y, classes=all labels))."
-               if after_fit else "given to the first partial_fit call."))
-    return known
-
-
 # ---------------------------------------------------------------- the task in progress
-@dataclass
+@dataclass(frozen=True)
 class Task:
-    """What ``_fit`` / ``_fit_laplace`` read while a ``partial_fit`` call runs.
+    """One ``partial_fit`` call's task, as the fit of its Laplace approximation reads it.
 
     ``previous`` (the posterior after the earlier tasks), ``prior_mean`` (their MAP
-    θ*_{t−1}) and ``n_previous`` (their rows, or total weight) are None / 0 on the
-    first task; ``classes`` is the first classifier call's ``classes``.
+    θ*_{t−1}), ``n_previous`` (their rows, or total weight) and ``n_tasks`` (how many)
+    are None / 0 on the first task; ``classes`` is the first classifier call's ``classes``.
     """
 
     previous: object = None
     prior_mean: torch.Tensor = None
     n_previous: float = 0.0
+    n_tasks: int = 0
     classes: np.ndarray = None
-
-
-def current_task(estimator):
-    """The :class:`Task` of a ``partial_fit`` call in progress, or None."""
-    return estimator.__dict__.get("_continual_task")
-
-
-def resolve_subset(estimator, module, X, n_out):
-    """(AllWeights, "all", structure) for a ``partial_fit`` call.
-
-    The structure of the earlier tasks' posterior, else ``hessian_structure``;
-    ``"auto"`` takes the full GGN when it is estimated within the "auto" time and
-    its Jacobians fit the memory budget, else Kronecker factors (nets of
-    ``nn.Linear`` layers that they can read, a prior they can hold), else the diagonal.
-    """
-    from .._base import _all_linear, all_weights_structure
-    from .curvature import jacobian_bytes, memory_budget
-    from .subsets import AllWeights
-
-    subset = AllWeights(module)
-    task = current_task(estimator)
-    requested = estimator.hessian_structure
-    if task.previous is not None:  # the same (fit_next_task checked it)
-        structure = task.previous.structure
-    elif requested != "auto":
-        structure = requested
-    else:
-        P = subset.n_params
-        fits = jacobian_bytes(X.shape[0], n_out, P) <= memory_budget(X.device)
-        structure = estimator._kron_or_diag(
-            all_weights_structure(_all_linear(module, X), X.shape[0], n_out, P, fits),
-            [int(np.prod(shape)) for shape in subset.shapes])
-    return subset, "all", structure
 
 
 # ---------------------------------------------------------------- curvature sums
@@ -335,102 +236,3 @@ class TaskEvidence(Evidence):
             + 0.5 * self.prior_posterior.log_det(delta, s, index=index)
             - 0.5 * self.posterior.log_det(delta, s, index=index)
         )
-
-
-# ---------------------------------------------------------------- the partial_fit calls
-def _check_scalar_sigma(estimator):
-    if np.size(getattr(estimator, "sigma_noise", 1.0)) > 1:
-        raise ValueError(
-            "partial_fit needs one sigma_noise for all outputs (the curvature of the earlier "
-            "tasks is kept at unit noise); got an array.")
-
-
-def fit_first_task(estimator, fit, X, y, sample_weight=None, classes=None):
-    """The first ``partial_fit`` call: ``fit`` with the continual choices (all weights,
-    a full / diagonal / Kronecker posterior, ``"auto"`` tuning by the evidence)."""
-    _check_scalar_sigma(estimator)
-    estimator._continual_task = Task(classes=classes)
-    try:
-        fit(X, y, sample_weight=sample_weight)
-    finally:
-        estimator.__dict__.pop("_continual_task", None)
-    estimator._continual_rows = float(estimator._evidence.n_rows)
-    estimator.n_tasks_ = 1
-    return estimator
-
-
-def fit_next_task(estimator, X, y_model, y_scale, sample_weight=None):
-    """A later ``partial_fit`` call on one task (``y_model`` in model units).
-
-    Trains the net from θ*_{t−1} under the prior N(θ*_{t−1}, Λ_{t−1}⁻¹) (a frozen net
-    keeps its weights), adds the task's curvature at θ*_t to the earlier tasks' and
-    re-tunes δ (and σ) on the task's evidence p(D_t | D_<t). (``partial_fit`` keeps
-    the estimator as it was when this raises.)
-    """
-    estimator._check_params()
-    _check_scalar_sigma(estimator)
-    previous = estimator._posterior
-    if estimator.subset_of_weights_ != "all" or previous.structure not in STRUCTURES:
-        raise ValueError(
-            "partial_fit continues a posterior over all weights with a full, diagonal or "
-            f"Kronecker structure; this estimator was fitted with subset_of_weights_="
-            f"{estimator.subset_of_weights_!r}, hessian_structure_="
-            f"{estimator.hessian_structure_!r}. Start over with partial_fit, or fit with "
-            "subset_of_weights='all' and hessian_structure 'full', 'diag' or 'kron'.")
-    if "refine_n_iter_" in estimator.__dict__:
-        raise ValueError(
-            "partial_fit continues a Laplace posterior; this estimator was fitted with refine "
-            "(a refined GLM posterior). Fit again without refine, or start over with "
-            "partial_fit.")
-    for name, value, fitted in (
-            ("hessian_structure", estimator.hessian_structure, previous.structure),
-            ("curvature", estimator.curvature, estimator._evidence.curvature)):
-        if value != fitted and not (name == "hessian_structure" and value == "auto"):
-            raise ValueError(
-                f"{name}={value!r} but the posterior of the earlier tasks has {fitted!r}; "
-                f"partial_fit keeps one {name} (refit to change it).")
-    from . import nets
-    from .convergence import training_curve
-    from .._base import check_seed
-    from sklearn.base import clone
-
-    for stale in ("validation_nll_", "evidence_history_"):  # of an earlier fit, other tuning
-        estimator.__dict__.pop(stale, None)
-    n_previous = estimator.__dict__.get("_continual_rows", float(estimator._evidence.n_rows))
-    n_tasks = getattr(estimator, "n_tasks_", 1)
-    tuning = resolve_tuning(estimator.hyperparameter_tuning)
-    estimator.hyperparameter_tuning_ = tuning
-    # Training (and the start of tuning) at the previous σ; None keeps the given values.
-    sigma_train = float(estimator._sigma_fit)
-    sigma0 = estimator._initial_sigma(estimator._n_model_outputs) if tuning is None else sigma_train
-    theta_prev = estimator._subset.theta.detach().clone()
-    net, frozen, _ = estimator._prepare_net(X.shape[1], estimator._n_model_outputs)
-    from .workflow import check_same_architecture
-
-    check_same_architecture(estimator, net, frozen)
-    if frozen is None:
-        rng = check_seed("random_state", estimator.random_state)
-        seed = int(rng.randint(0, 2**31 - 1, size=n_tasks + 3)[-1])
-        prior = np.asarray(estimator.prior_precision_, dtype=float)
-        sizes = tensor_sizes(estimator.net_.module_)
-        delta = float(prior) if prior.ndim == 0 else expand_prior(prior, sizes)
-        scale = estimator._curvature_scale(torch.tensor(sigma_train, dtype=torch.float64))
-        estimator._log(f"task {n_tasks + 1}: MAP training from the previous posterior's mean")
-        estimator.net_ = nets.train_map(
-            clone(net), X, y_model, likelihood=estimator._likelihood.name,
-            temperature=estimator.temperature,
-            sigma_noise=np.asarray(sigma_train), prior_precision=delta, seed=seed,
-            sample_weight=sample_weight, prior=TaskPrior(theta_prev, previous, scale),
-            init_module=estimator.net_.module_, tol=estimator.tol,
-            n_iter_no_change=estimator.n_iter_no_change)
-        estimator.net_.module_.eval()
-        estimator.n_iter_, estimator.loss_curve_ = training_curve(estimator.net_)
-    estimator._continual_task = Task(previous=previous, prior_mean=theta_prev,
-                                     n_previous=n_previous)
-    try:
-        estimator._fit_laplace(X, y_model, sigma0, y_scale, sample_weight=sample_weight)
-    finally:
-        estimator.__dict__.pop("_continual_task", None)
-    estimator._continual_rows = n_previous + float(estimator._evidence.n_rows)
-    estimator.n_tasks_ = n_tasks + 1
-    return estimator

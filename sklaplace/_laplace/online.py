@@ -57,6 +57,9 @@ class OnlineEvidence(Callback):
     history_ : list of dict
         One entry per update: epoch, log_evidence (model units), prior_precision
         (one value per parameter tensor) and sigma_noise.
+    prior_precision_, sigma_noise_ : torch.Tensor
+        The prior precision (one value, or one per net parameter) and σ (model units)
+        that training ended with: those of the best update, or the initial ones.
     best_epoch_ : int or None
         The update whose state was restored at the end of training.
     """
@@ -89,6 +92,11 @@ class OnlineEvidence(Callback):
             net.module_.load_state_dict(state)
             net.criterion_.prior_precision, net.criterion_.sigma_noise = delta, sigma
         self.best_state_ = None
+        # what training ended with, reported as values (float64 on the CPU)
+        self.prior_precision_ = torch.as_tensor(net.criterion_.prior_precision,
+                                                dtype=torch.float64).cpu()
+        self.sigma_noise_ = torch.as_tensor(net.criterion_.sigma_noise,
+                                            dtype=torch.float64).cpu()
 
     def on_epoch_end(self, net, dataset_train=None, **kwargs):
         epoch = len(net.history)

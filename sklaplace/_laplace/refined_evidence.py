@@ -42,19 +42,18 @@ MAX_ROUNDS = 50
 RTOL = 1e-7
 
 
-def _refine_at(method, estimator, base, structure, likelihood, X, y, weight, n_out,
-               vector_sigma, rebuild, prior, sigma):
+def _refine_at(method, base, structure, likelihood, X, y, weight, n_out, vector_sigma,
+               rebuild, prior, sigma, scale_of, temperature, seed, log):
     """Refinement by ``method`` at the whole-net ``prior`` and ``sigma``: (subset,
     posterior, info, the GLM's Laplace evidence at the refined mean)."""
     delta = subset_prior(prior, base)
     out_scale = ((1.0 / sigma).to(X.device) if vector_sigma
                  else torch.ones(n_out, dtype=torch.float64, device=X.device))
     refined, posterior, info = refine_posterior(
-        method, structure, base, likelihood, X, y, weight, delta,
-        float(estimator._curvature_scale(sigma)), out_scale, n_out,
-        random_state=estimator._prediction_seed, log=estimator._log)
+        method, structure, base, likelihood, X, y, weight, delta, scale_of(sigma), out_scale,
+        n_out, random_state=seed, log=log)
     evidence = Evidence.at_fit(info.pop("curvature"), info.pop("theta"), likelihood,
-                               info.pop("outputs"), y, weight, estimator.temperature, "ggn",
+                               info.pop("outputs"), y, weight, temperature, "ggn",
                                rebuild=rebuild)
     return refined, posterior, info, evidence
 
@@ -68,37 +67,39 @@ def _log_change(prior, new_prior, sigma, new_sigma):
     return float(np.max(change))
 
 
-def refine_and_tune(estimator, base, structure, likelihood, X, y, weight, n_out, prior, sigma,
-                    vector_sigma, rebuild, y_model, sample_weight, tune):
-    """Refine at (``prior``, ``sigma``) and, with ``tune``, alternate evidence tuning at
-    the refined mode and refinement to a fixed point (module docstring).
+def refine_and_tune(method, base, structure, likelihood, X, y, weight, n_out, prior, sigma,
+                    vector_sigma, rebuild, *, scale_of, tune, temperature, seed, log):
+    """Refine at (``prior``, ``sigma``) and, with ``tune`` (a function (evidence, σ) →
+    (whole-net prior, σ) maximizing the evidence), alternate evidence tuning at the
+    refined mode and refinement to a fixed point (module docstring). ``scale_of(σ)``:
+    the curvature scale; ``seed``: the quasi-Monte Carlo draws of ``"vi"``.
 
     The evidence (and the tuning) is that of the GLM's mode for either method; ``"vi"``
     runs once, at the final δ and σ, for the posterior that predicts.
 
     Returns (whole-net prior, σ tensor, refined subset, posterior, info, evidence).
     """
-    def step(p, s, method="laplace"):
-        return _refine_at(method, estimator, base, structure, likelihood, X, y, weight, n_out,
-                          vector_sigma, rebuild, p, s)
+    def step(p, s, how="laplace"):
+        return _refine_at(how, base, structure, likelihood, X, y, weight, n_out,
+                          vector_sigma, rebuild, p, s, scale_of, temperature, seed, log)
 
     result = step(prior, sigma)
     rounds = 0
-    while tune:
+    while tune is not None:
         rounds += 1
-        new_prior, new_sigma = estimator._tune(result[3], base, sigma, y_model, sample_weight)
+        new_prior, new_sigma = tune(result[3], sigma)
         moved = _log_change(prior, new_prior, sigma if likelihood.has_noise else None, new_sigma)
         prior, sigma = new_prior, new_sigma
         result = step(prior, sigma)
         if moved <= RTOL:
-            estimator._log(f"refine: δ (and σ) at the refined mode after {rounds} rounds")
+            log(f"refine: δ (and σ) at the refined mode after {rounds} rounds")
             break
         if rounds == MAX_ROUNDS:
             warnings.warn(
-                f"refine={estimator.refine!r} with evidence tuning: δ (and σ) still moved by "
+                f"refine={method!r} with evidence tuning: δ (and σ) still moved by "
                 f"{moved:.2g} (log scale) after {MAX_ROUNDS} rounds of tuning at the refined "
                 "mode and refining; the last values are used.", ConvergenceWarning)
             break
-    if estimator.refine == "vi":
+    if method == "vi":
         result = (*step(prior, sigma, "vi")[:3], result[3])
     return (prior, sigma, *result)

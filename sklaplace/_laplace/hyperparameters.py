@@ -1,0 +1,158 @@
+"""The hyperparameters δ (prior precision) and σ (noise), and their units.
+
+One home for the two values every tuner (evidence, held-out, online, continual)
+returns and prediction reads:
+
+- :class:`Hyperparameters`: δ in *whole-net form* (a float, one value per parameter
+  tensor or one per parameter: what the user gives and ``prior_precision_`` reports)
+  and σ in *model units* (a 0-d tensor, or one value per output; 1 for classifiers),
+  with the crossings to the Laplace weights (:func:`~.prior.subset_prior`), to
+  training (:func:`~.prior.expand_prior`) and to the curvature scale s(σ);
+- :class:`TargetScale`: the regressor's standardization y = μ + s·y_model
+  (``normalize_y``): targets, σ, moments and the evidence between the units of y and
+  the model's. One σ shared by outputs standardized by different stds is a
+  different noise per output in the units of y: σ·std_c, reported per output.
+"""
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from .evidence import curvature_scale
+from .prior import expand_prior, subset_prior
+
+
+def weighted_spread(values, weight=None, axis=None):
+    """``np.std(values, axis)``, or the std under row weights (the rows' duplication)."""
+    values = np.asarray(values)
+    if weight is None:
+        return np.std(values, axis=axis)
+    w = np.asarray(weight, dtype=float)
+    if axis is None:
+        w = np.broadcast_to(w.reshape(len(w), *[1] * (values.ndim - 1)), values.shape).ravel()
+        values = values.ravel()
+    else:
+        w = w.reshape(len(w), *[1] * (values.ndim - 1))
+    mean = np.sum(w * values, axis=axis) / np.sum(w, axis=axis)
+    centered = values - (mean if axis is None else np.expand_dims(mean, axis))
+    return np.sqrt(np.sum(w * centered**2, axis=axis) / np.sum(w, axis=axis))
+
+
+def whole_net(prior):
+    """A whole-net prior as stored: a float, or a float array."""
+    arr = np.asarray(prior, dtype=float)
+    return float(arr) if arr.ndim == 0 else arr
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """δ (whole-net form) and σ (model units, a float64 tensor) of one fit."""
+
+    prior_precision: object
+    sigma: torch.Tensor
+
+    @classmethod
+    def of(cls, prior_precision, sigma):
+        """From a whole-net prior (any array-like) and σ (a number, array or tensor)."""
+        return cls(whole_net(prior_precision),
+                   torch.as_tensor(np.asarray(sigma, dtype=float) if not torch.is_tensor(sigma)
+                                   else sigma, dtype=torch.float64))
+
+    def with_prior(self, prior_precision):
+        return replace(self, prior_precision=whole_net(prior_precision))
+
+    def delta(self, subset):
+        """δ of the Laplace weights of ``subset`` (0-d, or one per weight)."""
+        return subset_prior(self.prior_precision, subset)
+
+    def for_training(self, sizes):
+        """δ for the training loss: a float, or one value per net parameter."""
+        arr = np.asarray(self.prior_precision, dtype=float)
+        return float(arr) if arr.ndim == 0 else expand_prior(arr, sizes)
+
+    @property
+    def vector_sigma(self):
+        """Whether σ has one value per output (built into the curvature)."""
+        return self.sigma.dim() > 0
+
+    def scale(self, gaussian, curvature, temperature, sigma=None):
+        """The curvature scale s(σ) (of this σ, or of the given one)."""
+        return curvature_scale(gaussian, curvature, temperature,
+                               self.sigma if sigma is None else sigma)
+
+
+@dataclass(frozen=True)
+class TargetScale:
+    """y = mean + std·y_model per output; ``ndim`` of the fitted y (1 or 2)."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    normalizes: bool
+    ndim: int
+
+    @classmethod
+    def fit(cls, y2, normalize, ndim, sample_weight=None, trained=None):
+        """The standardization of the targets ``y2`` (n, C): their (weighted) mean and
+        std with ``normalize``, or the (mean, std) a frozen net was ``trained`` in."""
+        if trained is not None:
+            mean, spread = trained
+            normalize = True
+        elif not normalize:
+            mean = np.zeros(y2.shape[1])
+        else:
+            mean = np.average(y2, axis=0, weights=sample_weight)
+        if trained is None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                spread = weighted_spread(y2, sample_weight, axis=0)
+        if not np.all(np.isfinite(spread)):
+            raise ValueError(
+                "y is too large for float64 arithmetic (its standard deviation overflows); "
+                "rescale the targets."
+            )
+        std = np.where(spread > 0, spread, 1.0) if normalize else np.ones(y2.shape[1])
+        return cls(np.asarray(mean, dtype=float), std, bool(normalize), ndim)
+
+    def to_model(self, y2):
+        return (y2 - self.mean) / self.std
+
+    @property
+    def per_output_sigma(self):
+        """A scalar model σ is a different σ per output of y."""
+        return self.normalizes and self.std.size > 1
+
+    def sigma_original(self, sigma):
+        """Model-units σ tensor → the units of y (float or array, ``sigma_noise_``)."""
+        if sigma.dim() == 0 and self.per_output_sigma:
+            return float(sigma) * self.std
+        s = sigma.cpu().numpy() * (self.std if sigma.dim() > 0 else self.std.mean())
+        return float(s) if np.ndim(s) == 0 else np.asarray(s)
+
+    def sigma_model(self, sigma, fitted_sigma):
+        """σ in the units of y (of the form of ``sigma_noise_``) → model units, given
+        the fit's model σ (its form decides how a per-output value is read)."""
+        s = np.asarray(sigma, dtype=float)
+        if s.ndim == 0 or s.size == 1:
+            return torch.tensor(float(s.reshape(())) / float(self.std.mean()), dtype=torch.float64)
+        if fitted_sigma.dim() == 0 and self.per_output_sigma:
+            shared = s / self.std
+            if not np.allclose(shared, shared[0], rtol=1e-9, atol=0):
+                raise ValueError(
+                    "sigma_noise: this fit has one noise σ for all outputs in standardized "
+                    "units, so sigma_noise must be c·std(y) per output (as sigma_noise_ is); "
+                    f"got {s.tolist()} for target stds {self.std.tolist()}.")
+            return torch.tensor(float(shared[0]), dtype=torch.float64)
+        return torch.as_tensor(s / self.std, dtype=torch.float64)
+
+    def evidence_offset(self, n_rows):
+        """log p(y) − log p(y_model) = −N Σ_c log s_c."""
+        return -n_rows * float(np.log(self.std).sum())
+
+    def moments(self, mean, var, sigma):
+        """Model-units mean, epistemic variance (n, C) and σ → those of y, with the
+        aleatoric variance (σ·s)² beside: (mean, var, noise)."""
+        sigma = sigma.expand(mean.shape[1]).cpu().numpy()
+        mean = mean * self.std + self.mean
+        var = var * self.std**2
+        noise = np.broadcast_to((sigma * self.std) ** 2, var.shape).copy()
+        return mean, var, noise

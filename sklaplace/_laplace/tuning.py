@@ -1,0 +1,192 @@
+"""The tuners of δ (and σ) after the curvature: the evidence, and held-out NLL.
+
+Each returns a whole-net prior and a model-units σ (a
+:class:`~.hyperparameters.Hyperparameters`'s values), never writes elsewhere:
+
+- :func:`by_evidence`: bounded maximisation of the Laplace log evidence over the
+  free values of ``prior_structure`` (:class:`~.prior.PriorGroups`), σ bounded by
+  the targets' spread;
+- :func:`by_held_out`: one scalar δ (and σ) by the held-out NLL of the predictive
+  over the grid of :mod:`.holdout` (one-SE rule, broad side), the variances of every
+  δ from one set of Jacobians (:func:`~.holdout.grid_variances`);
+- :func:`by_held_out_refined`: the same for the *refined* predictive, one refinement
+  per decade of δ.
+
+The classifier's NLL of held-out labels depends on its link: ``scorers`` is the pair
+(NLL of GLM moments, NLL of logit draws) the estimator gives.
+"""
+
+import functools
+
+import numpy as np
+import torch
+from scipy.optimize import minimize_scalar
+
+from . import progress
+from .evidence import maximize_evidence
+from .fitted import generator
+from .holdout import (LOG10_PRIOR_GRID, grid_variances, one_standard_error_choice,
+                      variance_path, warn_at_grid_bound)
+from .hyperparameters import weighted_spread
+from .prior import PriorGroups, subset_prior
+
+
+def by_evidence(evidence, subset, prior_structure, prior_precision, sigma, y_model,
+                sample_weight=None):
+    """Bounded maximisation of the evidence from ``prior_precision`` (whole net) and σ;
+    (whole-net prior, σ tensor)."""
+    groups = PriorGroups(prior_structure, subset)
+    log0 = groups.log_start(subset_prior(prior_precision, subset)).numpy()
+    log_sigma0 = floor = ceiling = None
+    if evidence.gaussian:
+        log_sigma0 = np.log(sigma.cpu().numpy())
+        # the scale of σ: the targets' spread, or the MAP's residuals where they are larger
+        # (a task of constant targets after another, in partial_fit)
+        spread = weighted_spread(np.asarray(y_model).reshape(len(y_model), -1),
+                                 sample_weight, axis=0)
+        rms = np.sqrt(evidence.sse.cpu().numpy() / evidence.n_rows)
+        spread = np.maximum(np.maximum(spread, rms), 1e-12)
+        floor, ceiling = 1e-3 * spread, 10 * spread
+        if sigma.dim() == 0:
+            floor, ceiling = floor.mean(), ceiling.max()
+    log_delta, log_sigma = maximize_evidence(evidence, log0, groups.expand, log_sigma0, floor,
+                                             sigma_ceiling=ceiling)
+    if evidence.gaussian:
+        sigma = torch.as_tensor(np.exp(log_sigma), dtype=torch.float64)
+    return groups.to_whole(np.exp(log_delta), prior_precision), sigma
+
+
+def _at_prior(posterior, delta, s):
+    """``posterior`` at a scalar prior precision ``delta`` and curvature scale ``s``."""
+    return posterior.with_prior(torch.tensor(float(delta), dtype=torch.float64),
+                                torch.tensor(float(s), dtype=torch.float64))
+
+
+def _scaled_moments(mean, v, c_of, sigma):
+    """GLM held-out moments at σ: the mean and c(σ)·v (:func:`_held_out_gaussian`)."""
+    return mean, c_of(sigma) * v
+
+
+def _draw_outputs(posterior, subset, X, n_samples, seed):
+    """The net at θ* + ε on ``X`` for the n_samples draws ε ~ N(0, Σ) of the prediction
+    seed (the draws ``predict`` makes with ``pred_type="nn"``): (S, n, C)."""
+    eps = posterior.sample(n_samples, generator(seed))
+    return torch.stack([subset.forward(X, subset.theta + e) for e in eps])
+
+
+def _sampled_moments(subset, X, eps, c_of, sigma):
+    """Mean and variance (flattened, numpy) of the net at θ* + √c(σ)·ε₁ over the draws."""
+    root = np.sqrt(c_of(sigma))
+    samples = torch.stack([subset.forward(X, subset.theta + root * e) for e in eps])
+    var = samples.var(0, correction=int(len(eps) > 1))
+    return samples.mean(0).cpu().numpy().ravel(), var.cpu().numpy().ravel()
+
+
+def _held_out_gaussian(moments, y, floor, weight=None):
+    """Per-cell held-out Gaussian NLL at the best σ (bounded 1-D search); ``moments(σ)``
+    gives the predictive mean and epistemic variance (flattened); (losses (n·C,), σ)."""
+    y = y.cpu().numpy().ravel()
+
+    def losses(log_sigma):
+        sigma = np.exp(log_sigma)
+        mean, v = moments(sigma)
+        var = v + sigma**2
+        return 0.5 * (np.log(2 * np.pi * var) + (y - mean) ** 2 / var)
+
+    r2 = (y - moments(floor)[0]) ** 2
+    upper = np.log(10 * max(np.sqrt(np.average(r2, weights=weight)), floor))
+    total = (lambda t: losses(t).sum()) if weight is None else (lambda t: losses(t) @ weight)
+    result = minimize_scalar(total, bounds=(np.log(floor), upper),
+                             method="bounded", options={"xatol": 1e-6})
+    return losses(result.x), float(np.exp(result.x))
+
+
+def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, *, sampled,
+                n_samples, seed, scorers=None):
+    """Scalar δ (and σ) by held-out NLL over the grid (one-SE rule, broad side) of the
+    predictive of ``posterior`` (its curvature, without prior); (δ, σ tensor or None,
+    the chosen held-out NLL).
+
+    ``sampled`` (``pred_type="nn"``) scores the sampled net over the whole decades of
+    the grid, the same draws z for every δ (common random numbers). With row weights
+    the held-out NLL and its standard error are those of the rows duplicated by their
+    weights (weighted means, Σ w rows)."""
+    deltas = 10.0 ** (LOG10_PRIOR_GRID[::4] if sampled else LOG10_PRIOR_GRID)
+    with torch.no_grad():
+        if not sampled:
+            f, J = subset.jacobians(Xv)
+            variance = variance_path(posterior, J)
+        if not evidence.gaussian:
+            nll, nll_of_samples = scorers
+            scale = float(evidence.scale(None))
+            if sampled:
+                losses = [nll_of_samples(_draw_outputs(_at_prior(posterior, d, scale), subset,
+                                                       Xv, n_samples, seed), yv)
+                          for d in deltas]
+            else:
+                losses = [nll(f, cov, yv) for cov in grid_variances(variance, deltas, scale, J)]
+            losses = np.array(losses)
+            chosen = one_standard_error_choice(losses, w_val)
+            warn_at_grid_bound(chosen, deltas)
+            return (float(deltas[chosen]), None,
+                    float(np.average(losses[chosen], weights=w_val)))
+        # Gaussian: Σ(δ, σ) = c·(H + ρI)⁻¹ with c = 1/s(σ) and ρ = c·δ, so one
+        # variance (one set of draws ε₁ ~ N(0, (H + ρI)⁻¹)) per ρ serves every σ,
+        # searched in 1-D per ρ.
+        floor = 1e-3 * max(float(weighted_spread(y_model, w_fit)), 1e-12)
+        n_out = yv.reshape(len(yv), -1).shape[1]
+        w_cells = None if w_val is None else np.repeat(w_val, n_out)
+
+        def c_of(sigma):
+            return 1.0 / float(evidence.scale(torch.tensor(sigma, dtype=torch.float64)))
+
+        fits = []
+        covs = None if sampled else iter(grid_variances(variance, deltas, 1.0, J))
+        for rho in deltas:
+            if sampled:
+                eps = _at_prior(posterior, rho, 1.0).sample(n_samples, generator(seed))
+                moments = functools.partial(_sampled_moments, subset, Xv, eps, c_of)
+            else:
+                f_np = f.cpu().numpy().ravel()
+                v = torch.diagonal(next(covs), dim1=1, dim2=2).clamp_min(0)
+                v = v.cpu().numpy().ravel()
+                moments = functools.partial(_scaled_moments, f_np, v, c_of)
+            fits.append(_held_out_gaussian(moments, yv, floor, w_cells))
+    chosen = one_standard_error_choice([losses for losses, _ in fits], w_cells)
+    warn_at_grid_bound(chosen, deltas, name="prior_precision / s(sigma_noise)")
+    losses, sigma = fits[chosen]
+    sigma_t = torch.tensor(sigma, dtype=torch.float64)
+    return (float(deltas[chosen] * evidence.scale(sigma_t)), sigma_t,
+            float(np.average(losses, weights=w_cells)))
+
+
+def by_held_out_refined(refine_at, subset, Xv, yv, w_val, *, sampled, n_samples, seed,
+                        scorers, log=None):
+    """Scalar δ by the held-out NLL of the *refined* predictive (the sampled net's with
+    ``sampled``; one-SE rule) over the whole decades of the grid, one refinement each:
+    ``refine_at(δ of the subset)`` gives (refined subset, posterior); (δ, None, NLL).
+    Scoring the unrefined predictive would pick the width of another posterior: with
+    the MAP-ward one-SE rule often δ = 1e4, under which the refined mean shrinks
+    towards θ = 0."""
+    nll, nll_of_samples = scorers
+    deltas = 10.0 ** LOG10_PRIOR_GRID[::4]
+    losses = []
+    shown = (progress.Progress(len(deltas), "held-out tuning of the refined predictive", log)
+             if log is not None else None)
+    for value in deltas:
+        if shown is not None:
+            shown.update(unit="decade of δ")
+        refined, posterior = refine_at(subset_prior(float(value), subset))
+        with torch.no_grad():
+            if sampled:  # the net at draws around the refined mean
+                losses.append(nll_of_samples(
+                    _draw_outputs(posterior, refined, Xv, n_samples, seed), yv))
+            else:
+                losses.append(nll(*refined.moments(Xv, posterior), yv))
+    if shown is not None:
+        shown.close()
+    chosen = one_standard_error_choice(losses, w_val)
+    warn_at_grid_bound(chosen, deltas)
+    if log is not None:
+        log(f"refined held-out NLL per decade of δ: {np.round(np.mean(losses, 1), 4)}")
+    return float(deltas[chosen]), None, float(np.average(losses[chosen], weights=w_val))
