@@ -49,10 +49,11 @@ def _spy_rows(monkeypatch, obj, name):
         rows.append(len(args[0]))
         return original(*args, **kwargs)
 
-    try:
-        monkeypatch.setattr(obj, name, spy)
-    except dataclasses.FrozenInstanceError:  # the fitted LA: its class's method, this object's
+    if dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen:
+        # the immutable fitted LA: its class's method, calling this object's
         monkeypatch.setattr(type(obj), name, lambda self, *args, **kwargs: spy(*args, **kwargs))
+    else:
+        monkeypatch.setattr(obj, name, spy)
     return rows
 
 

@@ -67,10 +67,9 @@ def test_cv_picks_the_grid_prior_of_smallest_held_out_nll_and_refits():
     # brute force: the LA on the same fit rows, every grid prior through the public predictor
     fit, held = validation_split(len(y), est.validation_fraction, _cv_seed(est), labels=y)
     part = LaplaceClassifier(net, hyperparameter_tuning=None).fit(X[fit], y[fit])
-    losses = []
+    losses, fitted = [], part.laplace_
     for log10 in LOG10_PRIOR_GRID:
-        part.laplace_.posterior = part.laplace_.evidence.posterior.with_prior(
-            torch.tensor(10.0**log10, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64))
+        part.laplace_ = fitted.with_prior(10.0**log10)
         proba = part.predict_proba(X[held])
         losses.append(-np.log(proba[np.arange(len(held)), y[held]]))
     chosen = one_standard_error_choice(losses)

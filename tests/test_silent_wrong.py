@@ -366,7 +366,7 @@ def test_random_nets_property(depth, width, activation, freeze, residual, task, 
     assert np.isfinite(est.log_evidence_)
 
     # evidence gradient in log δ (scalar) against central finite differences
-    sigma = getattr(est, "_sigma_fit", None) if task == "regression" else None
+    sigma = est.laplace_.hyper.sigma if task == "regression" else None
     log_delta = torch.tensor(np.log(est.prior_precision_), dtype=torch.float64,
                              requires_grad=True)
     value = est.laplace_.evidence(log_delta.exp(), sigma)
