@@ -62,6 +62,8 @@ from .jacobians import training_jacobians
 from .vi import natural_gradient_vi
 
 #: Bytes of the cached training Jacobians (N·C·P float64) above which refinement is refused.
+#: The documented limit (the estimators' ``refine``); :func:`refine_posterior` reads it at each
+#: call and passes it to :func:`.jacobians.training_jacobians`.
 JACOBIAN_BUDGET = 2 * 2**30
 
 STRUCTURES = ("full", "diag")
