@@ -5,19 +5,12 @@ import numpy as np
 from sklearn.metrics import log_loss
 from sklearn.utils.validation import check_is_fitted
 
+from ._display import _pyplot
 from .metrics import gaussian_nll
 from .ood import _last_step
 
 #: The default δ values: the range of evidence tuning, 10⁻⁴ … 10⁴, in 41 steps.
 DEFAULT_PRIOR_PRECISIONS = np.logspace(-4, 4, 41)
-
-
-def _pyplot(caller):
-    try:
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise ImportError(f"{caller} requires matplotlib; pip install matplotlib") from exc
-    return plt
 
 
 def _held_out_nll(estimator, X_val, y_val):

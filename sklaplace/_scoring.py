@@ -4,7 +4,7 @@ Plain callables ``scorer(estimator, X, y)`` (``make_scorer`` cannot reach
 ``predict(X, return_std=True)``); importable from :mod:`sklaplace.metrics`.
 """
 
-from .metrics import crps_gaussian, gaussian_nll, interval_coverage
+from ._regression_metrics import crps_gaussian, gaussian_nll, interval_coverage
 from .ood import _last_step
 
 __all__ = ["neg_gaussian_nll_scorer", "neg_crps_scorer", "neg_coverage_error_scorer"]

@@ -17,6 +17,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from ._checks import _check_sample_weight
 from .distributions import _entropy
 
 __all__ = ["ood_scores", "ood_detection_metrics", "LaplaceOODDetector"]
@@ -178,8 +179,6 @@ def ood_detection_metrics(y_ood, scores, *, sample_weight=None):
         )
     if not np.all(np.isfinite(scores)):
         raise ValueError("scores must be finite.")
-    from .metrics import _check_sample_weight  # metrics imports this module
-
     weight = _check_sample_weight(sample_weight, y_ood.shape[0])
     y_ood = y_ood.astype(int)
     fpr, tpr, _ = roc_curve(y_ood, scores, drop_intermediate=False, sample_weight=weight)

@@ -30,7 +30,7 @@ from sklaplace._laplace.likelihoods import LIKELIHOODS
 from sklaplace._laplace.posterior import EigenPosterior
 from _references import random_targets, ref_lambda
 
-from sklaplace._laplace import subsets as subsets_module
+from sklaplace._laplace.subsets import last_layer as last_layer_module
 from sklaplace._laplace.subsets import AllWeights, LastLayer, Subnetwork
 
 DT = torch.float64
@@ -636,7 +636,7 @@ def test_layerwise_log_det_gradient_is_finite_with_zero_eigenvalues():
 @pytest.mark.parametrize("block_rows", [2, 4096])
 def test_last_layer_moments_match_dense(monkeypatch, lik, structure, bias_last, block_rows):
     """Closed-form last-layer moments (one output: triangular root) = f and J Σ Jᵀ, dense."""
-    monkeypatch.setattr(subsets_module, "FEATURE_BLOCK_ROWS", block_rows)
+    monkeypatch.setattr(last_layer_module, "FEATURE_BLOCK_ROWS", block_rows)
     ref = reference(lik, 20, bias_last)
     subset, cols = make_subset("last_layer", ref["module"], ref["X"])
     post = compute_posterior(structure, subset, LIKELIHOODS[lik](), ref["X"], ref["y"],

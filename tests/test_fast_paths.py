@@ -9,7 +9,8 @@ from sklaplace._laplace import curvature as cv
 from sklaplace._laplace.likelihoods import LIKELIHOODS
 from sklaplace._laplace.nets import MLP
 from sklaplace._laplace.posterior import KronPosterior
-from sklaplace._laplace.subsets import AllWeights, LastLayer, _layer_input
+from sklaplace._laplace.subsets import AllWeights, LastLayer
+from sklaplace._laplace.subsets.last_layer import _layer_input
 
 DT = torch.float64
 

@@ -2,7 +2,7 @@
 
 For nets whose weights all sit in nn.Linear layers, J Σ Jᵀ is contracted layer by
 layer from the layer inputs and the output gradients of the pre-activations
-(``subsets._layer_moments``); it must equal the Jacobian computation exactly.
+(``subsets.layerwise._layer_moments``); it must equal the Jacobian computation exactly.
 """
 
 import numpy as np
@@ -12,7 +12,9 @@ from torch import nn
 
 from sklaplace._laplace.curvature import compute_posterior
 from sklaplace._laplace.likelihoods import LIKELIHOODS
-from sklaplace._laplace.subsets import AllWeights, _jacobian_moments, _layer_moments
+from sklaplace._laplace.subsets import AllWeights
+from sklaplace._laplace.subsets.base import _jacobian_moments
+from sklaplace._laplace.subsets.layerwise import _layer_moments
 
 
 class Residual(nn.Module):
@@ -108,7 +110,7 @@ def test_estimator_predictions_use_layer_moments(monkeypatch):
     with the same probabilities as the Jacobian path."""
     from sklearn.datasets import load_iris
 
-    import sklaplace._laplace.subsets as subsets
+    import sklaplace._laplace.subsets.all_weights as all_weights  # looks _layer_moments up
     from sklaplace import LaplaceClassifier
 
     X, y = load_iris(return_X_y=True)
@@ -116,12 +118,12 @@ def test_estimator_predictions_use_layer_moments(monkeypatch):
                             hessian_structure="kron", hyperparameter_tuning="evidence",
                             random_state=0).fit(X, y)
     calls = []
-    real = subsets._layer_moments
-    monkeypatch.setattr(subsets, "_layer_moments",
+    real = all_weights._layer_moments
+    monkeypatch.setattr(all_weights, "_layer_moments",
                         lambda *a: calls.append(1) or real(*a))
     proba = clf.predict_proba(X)
     assert calls
-    monkeypatch.setattr(subsets, "_layer_moments", lambda *a: None)
+    monkeypatch.setattr(all_weights, "_layer_moments", lambda *a: None)
     np.testing.assert_allclose(proba, clf.predict_proba(X), rtol=1e-10, atol=1e-12)
 
 
@@ -142,7 +144,7 @@ def test_shared_layer_jacobians_fall_back_to_torch_func():
     module = Shared().double()
     X = torch.as_tensor(np.random.RandomState(3).randn(9, 4))
     subset = AllWeights(module)
-    from sklaplace._laplace.subsets import _layer_jacobians
+    from sklaplace._laplace.subsets.layerwise import _layer_jacobians
 
     assert _layer_jacobians(module, subset._layers(), X, subset.n_params) is None
     np.testing.assert_allclose(subset.jacobians(X)[1].numpy(),

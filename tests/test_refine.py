@@ -19,6 +19,7 @@ from torch.func import functional_call, jvp
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
 from sklaplace._laplace import refine as refine_module
+from sklaplace._laplace.refine import glm as glm_module, glm_mode, jacobians, vi
 from sklaplace._laplace.likelihoods import LIKELIHOODS
 
 DELTA = 2.0
@@ -203,8 +204,8 @@ def test_glm_mode_does_not_call_a_nan_gradient_converged():
         jac=types.SimpleNamespace(matvec=lambda v: (X @ v)[:, None]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _, _, converged = refine_module.glm_mode(glm, torch.tensor(1.0, dtype=torch.float64),
-                                                 torch.zeros(3, dtype=torch.float64))
+        _, _, converged = glm_mode.glm_mode(glm, torch.tensor(1.0, dtype=torch.float64),
+                                            torch.zeros(3, dtype=torch.float64))
     assert not converged
 
 
@@ -341,12 +342,12 @@ def test_vi_elbo_is_exact_for_a_gaussian_likelihood(structure, n_params):
     f0 = torch.as_tensor(rng.randn(n, 1))
     s = 1.7
     delta = torch.as_tensor(rng.uniform(0.3, 2.0, size=P))
-    glm = refine_module.GLM(LIKELIHOODS["gaussian"](), f0, J, y, star, s,
-                            torch.ones(1, dtype=torch.float64))
+    glm = glm_module.GLM(LIKELIHOODS["gaussian"](), f0, J, y, star, s,
+                         torch.ones(1, dtype=torch.float64))
     m = torch.as_tensor(rng.randn(P))
     A = torch.as_tensor(rng.uniform(0.1, 3.0, size=(n, 1, 1)))
-    q = refine_module._Gaussian(structure, glm, m, A, delta)
-    elbo = refine_module._elbo(glm, q, refine_module._Expectations(glm, None))[0]
+    q = vi._Gaussian(structure, glm, m, A, delta)
+    elbo = vi._elbo(glm, q, vi._Expectations(glm, None))[0]
     Jm, d = J.numpy()[:, 0], delta.numpy()
     precision = Jm.T @ (A.numpy()[:, 0] * Jm) + np.diag(d)
     if structure == "diag":
@@ -371,13 +372,13 @@ def test_full_gaussian_with_coupled_outputs_matches_dense_algebra(n_params):
     J = torch.as_tensor(rng.randn(n, C, P))
     y = torch.as_tensor(rng.randn(n, C))
     star = torch.as_tensor(rng.randn(P))
-    glm = refine_module.GLM(LIKELIHOODS["gaussian"](), torch.zeros(n, C), J, y, star, 1.0,
-                            torch.ones(C, dtype=torch.float64))
+    glm = glm_module.GLM(LIKELIHOODS["gaussian"](), torch.zeros(n, C), J, y, star, 1.0,
+                         torch.ones(C, dtype=torch.float64))
     R = rng.randn(n, C, C)
     A = torch.as_tensor(R @ R.transpose(0, 2, 1) + 0.1 * np.eye(C))
     delta = torch.as_tensor(rng.uniform(0.3, 2.0, size=P))
     m = torch.as_tensor(rng.randn(P))
-    q = refine_module._Gaussian("full", glm, m, A, delta)
+    q = vi._Gaussian("full", glm, m, A, delta)
     assert q.kernel == (n * C < P)
     Jm, d = J.numpy(), delta.numpy()
     S = np.linalg.inv(np.einsum("ncp,ncd,ndq->pq", Jm, A.numpy(), Jm) + np.diag(d))
@@ -453,8 +454,8 @@ def test_layer_jacobians_equal_the_dense_products():
     subset = AllWeights(net)
     f_layer, parts = subset.jacobian_factors(X)
     f_dense, J = subset._functional_jacobians(X)
-    layer = refine_module.LayerJacobians(parts, subset.n_params)
-    dense = refine_module.DenseJacobians(J)
+    layer = jacobians.LayerJacobians(parts, subset.n_params)
+    dense = jacobians.DenseJacobians(J)
     torch.testing.assert_close(f_layer, f_dense, rtol=1e-12, atol=1e-12)
     v = torch.randn(subset.n_params, dtype=torch.float64)
     g = torch.randn(7, 3, dtype=torch.float64)
@@ -493,9 +494,9 @@ def test_refinement_is_the_same_with_factored_jacobians(method, structure, monke
     monkeypatch.setattr(refine_module, "training_jacobians", recorded)
     factored = LaplaceClassifier(**params).fit(X, y)
 
-    def dense_jacobians(subset, X, n_out, structure):
-        f, J = refine_module.cached_jacobians(subset, X, n_out)
-        return f, refine_module.DenseJacobians(J)
+    def dense_jacobians(subset, X, n_out, structure, budget):
+        f, J = jacobians.cached_jacobians(subset, X, n_out, budget)
+        return f, jacobians.DenseJacobians(J)
 
     # "vi" also finds the GLM's mode, for the refined evidence: two refinements
     assert kinds == ["LayerJacobians"] * (2 if method == "vi" else 1)

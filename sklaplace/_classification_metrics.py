@@ -1,0 +1,249 @@
+"""Calibration and proper scores of class probabilities: the top-label reliability curve,
+expected and maximum calibration error, multi-class Brier score and negative
+log-likelihood. Re-exported by :mod:`sklaplace.metrics`, the public home of these
+functions (their ``__module__``).
+"""
+
+import numpy as np
+from sklearn.metrics import brier_score_loss, log_loss
+
+from ._checks import _check_classification, _check_n, _check_strategy
+
+
+def _binned_top_label(y_true, y_prob, n_bins, strategy, labels=None, sample_weight=None):
+    """Per-bin (confidence, accuracy, count) sums for all bins, empty ones included; with
+    ``sample_weight`` every sum is weighted and ``count`` is the bin's weight."""
+    y_true, y_prob, weight = _check_classification(y_true, y_prob, labels, sample_weight)
+    n_bins = _check_n(n_bins, "n_bins")
+    _check_strategy(strategy)
+    confidence = y_prob.max(axis=1)
+    correct = (y_prob.argmax(axis=1) == y_true).astype(float)
+    levels = np.linspace(0.0, 1.0, n_bins + 1)
+    if strategy == "uniform":
+        edges = levels
+    elif weight is None:
+        edges = np.quantile(confidence, levels)
+    else:  # weighted quantiles (numpy has them for the inverted CDF only)
+        edges = np.quantile(confidence, levels, weights=weight, method="inverted_cdf")
+    # Right-closed bins (e_{b-1}, e_b]; the first bin also holds its left edge. Comparing
+    # against the edge array (not ceil(conf * n_bins)) keeps 0.3 in (0.2, 0.3].
+    bin_ids = np.searchsorted(edges[1:-1], confidence, side="left")
+    if weight is None:
+        counts = np.bincount(bin_ids, minlength=n_bins)
+        weight = np.ones_like(confidence)
+    else:
+        counts = np.bincount(bin_ids, weights=weight, minlength=n_bins)
+    conf_sum = np.bincount(bin_ids, weights=weight * confidence, minlength=n_bins)
+    acc_sum = np.bincount(bin_ids, weights=weight * correct, minlength=n_bins)
+    return conf_sum, acc_sum, counts
+
+
+def reliability_curve(
+    y_true, y_prob, *, n_bins=10, strategy="uniform", labels=None, sample_weight=None
+):
+    """Top-label reliability diagram: mean confidence and accuracy per bin.
+
+    Confidence is the largest predicted probability of a sample, and a sample is correct when
+    its arg-max class equals ``y_true``. Only non-empty bins are returned.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels. The columns of ``y_prob`` are the sorted labels of ``labels``, else of
+        ``y_true``, as in :func:`sklearn.metrics.log_loss`; integers ``0 .. n_classes-1``
+        without ``labels`` are column indices.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities, e.g. ``predict_proba(X)``. A 1-D array is the probability of
+        class 1 of a binary problem.
+    n_bins : int, default=10
+        Number of confidence bins.
+    strategy : {"uniform", "quantile"}, default="uniform"
+        ``"uniform"``: bins of equal width on [0, 1], right-closed ``((b-1)/B, b/B]`` with
+        0 in the first bin (Guo et al., 2017). ``"quantile"``: edges at the quantiles of the
+        confidences, so bins hold (about) equally many samples.
+    labels : array-like of shape (n_classes,), default=None
+        The labels of the columns of ``y_prob`` (taken in sorted order, as in
+        :func:`sklearn.metrics.log_loss`), e.g. the estimator's ``classes_``. Needed when
+        ``y_true`` does not hold every label and is not made of column indices.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Sample weights; integer weights equal repeated rows. Bins hold weight instead of
+        counts, and ``"quantile"`` bins are weighted quantiles (inverted CDF).
+
+    Returns
+    -------
+    confidence : ndarray of shape (n_nonempty_bins,)
+        Mean confidence per bin (weighted with ``sample_weight``).
+    accuracy : ndarray of shape (n_nonempty_bins,)
+        Fraction of correct predictions per bin (weighted with ``sample_weight``).
+    counts : ndarray of shape (n_nonempty_bins,)
+        Number of samples per bin; the sum of their weights with ``sample_weight``.
+
+    See Also
+    --------
+    expected_calibration_error : The count-weighted gap between these two curves.
+    sklaplace.plotting.ReliabilityDisplay : Plot of this curve.
+    """
+    conf_sum, acc_sum, counts = _binned_top_label(
+        y_true, y_prob, n_bins, strategy, labels, sample_weight
+    )
+    nonempty = counts > 0
+    counts = counts[nonempty]
+    return conf_sum[nonempty] / counts, acc_sum[nonempty] / counts, counts
+
+
+def expected_calibration_error(
+    y_true, y_prob, *, n_bins=10, strategy="uniform", labels=None, sample_weight=None
+):
+    """Top-label expected calibration error (ECE).
+
+    ``ECE = sum_b (n_b / n) * |acc_b - conf_b|`` over the confidence bins, where ``acc_b``
+    is the accuracy and ``conf_b`` the mean top-label confidence of the ``n_b`` samples of
+    bin ``b`` (Naeini et al., 2015; Guo et al., 2017).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels. The columns of ``y_prob`` are the sorted labels of ``labels``, else of
+        ``y_true``, as in :func:`sklearn.metrics.log_loss`; integers ``0 .. n_classes-1``
+        without ``labels`` are column indices.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities. A 1-D array is the probability of class 1 (binary).
+    n_bins : int, default=10
+        Number of confidence bins.
+    strategy : {"uniform", "quantile"}, default="uniform"
+        Equal-width right-closed bins on [0, 1] or equal-mass bins; see
+        :func:`reliability_curve`.
+    labels : array-like of shape (n_classes,), default=None
+        The labels of the columns of ``y_prob`` (taken in sorted order, as in
+        :func:`sklearn.metrics.log_loss`), e.g. the estimator's ``classes_``. Needed when
+        ``y_true`` does not hold every label and is not made of column indices.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Sample weights; integer weights equal repeated rows. Bins hold weight instead of
+        counts, and ``"quantile"`` bins are weighted quantiles (inverted CDF).
+
+    Returns
+    -------
+    ece : float
+        In [0, 1]; 0 for a perfectly calibrated classifier (at this binning).
+
+    References
+    ----------
+    Naeini, Cooper, Hauskrecht. "Obtaining well calibrated probabilities using Bayesian
+    binning". AAAI 2015. Guo, Pleiss, Sun, Weinberger. "On calibration of modern neural
+    networks". ICML 2017.
+    """
+    conf_sum, acc_sum, counts = _binned_top_label(
+        y_true, y_prob, n_bins, strategy, labels, sample_weight
+    )
+    return float(np.abs(acc_sum - conf_sum).sum() / counts.sum())
+
+
+def maximum_calibration_error(
+    y_true, y_prob, *, n_bins=10, strategy="uniform", labels=None, sample_weight=None
+):
+    """Top-label maximum calibration error (MCE).
+
+    ``MCE = max_b |acc_b - conf_b|`` over the non-empty confidence bins (Naeini et al., 2015;
+    Guo et al., 2017). Parameters as in :func:`expected_calibration_error`.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels. The columns of ``y_prob`` are the sorted labels of ``labels``, else of
+        ``y_true``, as in :func:`sklearn.metrics.log_loss`; integers ``0 .. n_classes-1``
+        without ``labels`` are column indices.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities. A 1-D array is the probability of class 1 (binary).
+    n_bins : int, default=10
+        Number of confidence bins.
+    strategy : {"uniform", "quantile"}, default="uniform"
+        Equal-width or equal-mass bins; see :func:`reliability_curve`.
+    labels : array-like of shape (n_classes,), default=None
+        The labels of the columns of ``y_prob`` (taken in sorted order, as in
+        :func:`sklearn.metrics.log_loss`), e.g. the estimator's ``classes_``. Needed when
+        ``y_true`` does not hold every label and is not made of column indices.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Sample weights; integer weights equal repeated rows. Bins hold weight instead of
+        counts, and ``"quantile"`` bins are weighted quantiles (inverted CDF).
+
+    Returns
+    -------
+    mce : float
+        In [0, 1].
+    """
+    confidence, accuracy, _ = reliability_curve(
+        y_true, y_prob, n_bins=n_bins, strategy=strategy, labels=labels,
+        sample_weight=sample_weight,
+    )
+    return float(np.max(np.abs(accuracy - confidence)))
+
+
+def multiclass_brier_score(y_true, y_prob, *, labels=None, sample_weight=None):
+    """Multi-class Brier score: mean over samples of ``sum_c (p_c - 1[y = c])**2``.
+
+    This is Brier's (1950) original score, as in :func:`sklearn.metrics.brier_score_loss`
+    with ``scale_by_half=False`` (which it wraps). For a binary problem it is twice the
+    familiar binary Brier score ``mean((p_1 - y)**2)``, and it ranges in [0, 2].
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels. The columns of ``y_prob`` are the sorted labels of ``labels``, else of
+        ``y_true``, as in :func:`sklearn.metrics.log_loss`; integers ``0 .. n_classes-1``
+        without ``labels`` are column indices.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities. A 1-D array is the probability of class 1 (binary).
+    labels : array-like of shape (n_classes,), default=None
+        The labels of the columns of ``y_prob`` (taken in sorted order, as in
+        :func:`sklearn.metrics.log_loss`), e.g. the estimator's ``classes_``. Needed when
+        ``y_true`` does not hold every label and is not made of column indices.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Sample weights; integer weights equal repeated rows.
+
+    Returns
+    -------
+    score : float
+        Lower is better.
+    """
+    y_true, y_prob, weight = _check_classification(y_true, y_prob, labels, sample_weight)
+    columns = np.arange(y_prob.shape[1])
+    return float(brier_score_loss(y_true, y_prob, labels=columns, scale_by_half=False,
+                                  sample_weight=weight))
+
+
+def negative_log_likelihood(y_true, y_prob, *, labels=None, sample_weight=None):
+    """Mean negative log predictive probability of the true class, ``mean(-log p_y)``.
+
+    Wraps :func:`sklearn.metrics.log_loss` (probabilities clipped to machine epsilon).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels. The columns of ``y_prob`` are the sorted labels of ``labels``, else of
+        ``y_true``, as in :func:`sklearn.metrics.log_loss`; integers ``0 .. n_classes-1``
+        without ``labels`` are column indices.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities. A 1-D array is the probability of class 1 (binary).
+    labels : array-like of shape (n_classes,), default=None
+        The labels of the columns of ``y_prob`` (taken in sorted order, as in
+        :func:`sklearn.metrics.log_loss`), e.g. the estimator's ``classes_``. Needed when
+        ``y_true`` does not hold every label and is not made of column indices.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Sample weights; integer weights equal repeated rows.
+
+    Returns
+    -------
+    nll : float
+        Lower is better (natural log).
+    """
+    y_true, y_prob, weight = _check_classification(y_true, y_prob, labels, sample_weight)
+    return float(log_loss(y_true, y_prob, labels=np.arange(y_prob.shape[1]),
+                          sample_weight=weight))
+
+
+# Documented, shown and pickled as sklaplace.metrics.<name>, where they were defined before
+# this module was split off and where users import them from.
+for _function in (reliability_curve, expected_calibration_error, maximum_calibration_error,
+                  multiclass_brier_score, negative_log_likelihood):
+    _function.__module__ = "sklaplace.metrics"
+del _function
