@@ -16,7 +16,6 @@ made; none writes to the estimator.
 
 import pickle
 import types
-import warnings
 
 import numpy as np
 import torch
@@ -77,16 +76,8 @@ def prepare_net(s, n_features, n_outputs):
                                  s.lr, s.batch_size, int(s.verbose >= 2), device=s.device,
                                  solver=s.solver),
                 None, None)
-    if isinstance(net, FrozenEstimator):
-        inner = net.estimator
-        settings = nets.criterion_settings(inner) if hasattr(inner, "criterion") else []
-        if settings:
-            warnings.warn(
-                f"The frozen net's criterion settings {settings} are not part of the "
-                "LA's likelihood, which is that of the criterion's class; weigh classes "
-                "or rows with class_weight or sample_weight on the estimator.",
-                UserWarning)
-        return None, inner, nets.likelihood_of(inner)
+    if isinstance(net, FrozenEstimator):  # (check_params warned of its criterion settings)
+        return None, net.estimator, nets.likelihood_of(net.estimator)
     net_copy = clone(net)
     for key in [k for k in vars(net_copy) if k.startswith("criterion__")]:
         delattr(net_copy, key)

@@ -1,5 +1,5 @@
 """The workflows around the core (issue #35): interrupts, torch's grad modes, pickles
-across devices and the architecture of later ``partial_fit`` calls.
+across devices (the architecture of later ``partial_fit`` calls: ``sklaplace._continual``).
 
 - :func:`torch_entry_point` decorates the public methods: the library needs autograd
   (evidence maximisation, Jacobians, training), so each runs with gradients enabled
@@ -12,8 +12,6 @@ across devices and the architecture of later ``partial_fit`` calls.
 - :func:`pack_state` / :func:`unpack_state`: the fitted tensors travel in a
   ``torch.save`` blob, loaded with ``map_location="cpu"`` where CUDA is absent (as
   skorch does for its net), so a fit on a GPU unpickles on a CPU-only machine.
-- :func:`check_same_architecture`: a later ``partial_fit`` call with another network
-  is refused, naming the parameter.
 """
 
 import contextlib
@@ -113,40 +111,3 @@ def unpack_state(state, owner):
             "To fit it again here, set device='cpu' (or the skorch net's device).",
             UserWarning)
     return state
-
-
-# ---------------------------------------------------------------- partial_fit
-def _shapes(module):
-    return {name: tuple(t.shape) for name, t in module.state_dict().items()}
-
-
-def check_same_architecture(estimator, net, frozen):
-    """Refuse a later ``partial_fit`` call whose network differs from the earlier tasks'
-    (the parameters' names and shapes): ``hidden_layer_sizes`` for the default MLP,
-    ``net`` otherwise."""
-    from sklearn.base import clone
-
-    from . import nets
-
-    before = _shapes(estimator.net_.module_)
-    if frozen is not None:
-        module = frozen.module_
-    else:
-        with torch.random.fork_rng(devices=[]):
-            module = clone(net).initialize().module_
-    now = _shapes(module)
-    if now == before:
-        return
-    earlier = estimator.net_.get_params().get("module__hidden_layer_sizes")
-    if estimator.net is None and isinstance(estimator.net_.module_, nets.MLP) and earlier:
-        raise ValueError(
-            f"hidden_layer_sizes={tuple(estimator.hidden_layer_sizes)!r} but the network of "
-            f"the earlier tasks has hidden_layer_sizes={tuple(earlier)!r}; partial_fit keeps "
-            "one architecture (refit to change it).")
-    changed = sorted(set(now) ^ set(before) | {k for k in set(now) & set(before)
-                                               if now[k] != before[k]})
-    detail = ", ".join(f"{k}: {before.get(k)} → {now.get(k)}" for k in changed[:4])
-    raise ValueError(
-        f"net: its module's parameters differ from those of the earlier tasks' network "
-        f"({detail}{', ...' if len(changed) > 4 else ''}); partial_fit keeps one "
-        "architecture (refit to change it).")
