@@ -1,6 +1,7 @@
 """``partial_fit``'s orchestration: one task after another (the maths: ``_laplace.continual``).
 
-The first call is ``fit`` with the continual choices (:class:`~._laplace.continual.Task`
+The estimators' ``partial_fit`` methods are here (:class:`ClassifierPartialFit`,
+:class:`RegressorPartialFit`). The first call is ``fit`` with the continual choices (:class:`~._laplace.continual.Task`
 given to ``BaseLaplace._fit``: all weights, a full / diagonal / Kronecker posterior,
 ``"auto"`` tuning by the evidence). A later call (or one after ``fit``) trains the net
 from θ*_{t−1} under the prior N(θ*_{t−1}, Λ_{t−1}⁻¹), fits the LA of the task with the
@@ -12,7 +13,10 @@ import functools
 
 import numpy as np
 import torch
-from sklearn.base import clone
+from sklearn.base import _fit_context, clone
+from sklearn.utils.class_weight import compute_sample_weight
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import check_classification_targets
 
 from . import _policy as policy
 from ._fitting import fit_laplace
@@ -21,8 +25,12 @@ from ._laplace.continual import STRUCTURES, Task, TaskPrior
 from ._laplace.convergence import training_curve
 from ._laplace.hyperparameters import Hyperparameters
 from ._laplace.prior import tensor_sizes
+from ._base import keeps_state_on_failure
+from ._laplace.workflow import torch_entry_point
+from ._threads import thread_policy
 from ._training import prepare_net, settings_of
-from ._validation import check_params, check_seed
+from ._validation import (check_fit_weight, check_params, check_seed, partial_fit_available,
+                          validate_numeric, without_zero_weights)
 
 
 def is_first_call(estimator):
@@ -165,3 +173,140 @@ def fit_next_task(estimator, X, y_model, sample_weight=None):
                                         fitted.n_outputs),
         targets=fitted.targets, sample_weight=sample_weight, task=task)
     return estimator._store(net_, n_iter, curve, new)
+
+
+# ---------------------------------------------------------------- the estimators' method
+class ClassifierPartialFit:
+    """``partial_fit`` of :class:`~sklaplace.LaplaceClassifier` (a mixin)."""
+
+    @available_if(partial_fit_available)
+    @_fit_context(prefer_skip_nested_validation=True)
+    @keeps_state_on_failure
+    @thread_policy
+    @torch_entry_point
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """Continual learning: fit on the first call, update the posterior on later ones.
+
+        The posterior of the earlier calls (tasks) is the prior of this one
+        (Laplace Redux, App. C.4): the net starts at their MAP θ*_{t−1} and is
+        trained to the MAP under N(θ*_{t−1}, (s·Σ_{t'<t} H_{t'} + δI)⁻¹), the
+        task's curvature at the new MAP is added to the earlier tasks' (exactly
+        for ``"diag"`` and ``"full"``, summed Kronecker factors for ``"kron"``)
+        and δ is re-tuned on the task's evidence p(D_t | D_<t), which is then
+        ``log_evidence_``. The first call is ``fit`` over all weights with a
+        full (when cheap), Kronecker or diagonal posterior and ``"auto"`` tuning
+        meaning ``"evidence"``; a call after ``fit`` continues from that fit.
+        Each call trains ``max_epochs`` epochs (a ``FrozenEstimator`` net keeps
+        its weights: only the curvature accumulates). Available over all weights
+        with ``hessian_structure`` ``"auto"``, ``"full"``, ``"diag"`` or
+        ``"kron"``, ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or
+        None, and no ``refine``. See ``sklaplace._laplace.continual``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data of this task.
+        y : array-like of shape (n_samples,)
+            Labels, all in ``classes``.
+        classes : array-like of shape (n_classes,), default=None
+            All the labels of every task; required on the first call (as in
+            ``SGDClassifier.partial_fit``), and if given later equal to ``classes_``.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Row weights of this task (see ``fit``); ``class_weight="balanced"`` is
+            not supported here (a dict is).
+
+        Returns
+        -------
+        self : LaplaceClassifier
+            The updated estimator.
+
+        Raises
+        ------
+        ValueError
+            If ``classes`` is missing on the first call or disagrees with
+            ``classes_``, a label is not in ``classes``, or
+            ``class_weight="balanced"``.
+        """
+        first = is_first_call(self)
+        X_checked, y_checked = validate_numeric(self, X, y, reset=first,
+                                                dtype=[np.float64, np.float32])
+        check_classification_targets(y_checked)
+        known = check_classes(self, classes, y_checked, first)
+        if first:
+            return self._fit_rows(X, y, sample_weight, task=Task(classes=known))
+        sample_weight = check_fit_weight(sample_weight, X_checked)
+        if self.class_weight is not None:
+            per_row = compute_sample_weight(self.class_weight, y_checked)
+            sample_weight = check_fit_weight(
+                per_row if sample_weight is None else sample_weight * per_row, X_checked)
+        X_checked, y_index, sample_weight = without_zero_weights(
+            X_checked, np.searchsorted(known, y_checked), sample_weight)
+        return fit_next_task(self, X_checked, y_index, sample_weight)
+
+
+class RegressorPartialFit:
+    """``partial_fit`` of :class:`~sklaplace.LaplaceRegressor` (a mixin)."""
+
+    @available_if(partial_fit_available)
+    @_fit_context(prefer_skip_nested_validation=True)
+    @keeps_state_on_failure
+    @thread_policy
+    @torch_entry_point
+    def partial_fit(self, X, y, sample_weight=None):
+        """Continual learning: fit on the first call, update the posterior on later ones.
+
+        The posterior of the earlier calls (tasks) is the prior of this one
+        (Laplace Redux, App. C.4): the net starts at their MAP θ*_{t−1} and is
+        trained to the MAP under N(θ*_{t−1}, (s·Σ_{t'<t} H_{t'} + δI)⁻¹), the
+        task's curvature at the new MAP is added to the earlier tasks' (exactly
+        for ``"diag"`` and ``"full"``, summed Kronecker factors for ``"kron"``)
+        and δ and σ are re-tuned on the task's evidence p(D_t | D_<t), which is
+        then ``log_evidence_``. For a net without hidden layer and
+        ``hessian_structure="full"`` every step is exact: the posterior equals
+        that of one fit on all tasks' rows (``"diag"`` and ``"kron"`` carry
+        an approximation of the earlier tasks' curvature into the next MAP,
+        so they are not). The curvature and structure stay those of the
+        first call; a call that fails leaves the estimator as it was. The
+        first call is ``fit`` over all weights with a full (when cheap),
+        Kronecker or diagonal posterior and ``"auto"`` tuning meaning
+        ``"evidence"``; a call after ``fit`` continues from that fit. The
+        targets are standardized (``normalize_y``) as on the first call. Each
+        call trains ``max_epochs`` epochs (a ``FrozenEstimator`` net keeps its
+        weights). Available over all weights with ``hessian_structure``
+        ``"auto"``, ``"full"``, ``"diag"`` or ``"kron"``,
+        ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or None, one
+        ``sigma_noise`` and no ``refine``. See ``sklaplace._laplace.continual``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data of this task.
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            Target values of this task, with the outputs of the first call.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Row weights of this task (see ``fit``).
+
+        Returns
+        -------
+        self : LaplaceRegressor
+            The updated estimator.
+
+        Raises
+        ------
+        ValueError
+            If ``y`` has another number of outputs than on the first call.
+        """
+        if is_first_call(self):
+            return self._fit_rows(X, y, sample_weight, task=Task())
+        X, y = validate_numeric(self, X, y, reset=False, dtype=[np.float64, np.float32],
+                                multi_output=True, y_numeric=True)
+        y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+        targets = self.laplace_.targets
+        if y2.shape[1] != targets.mean.size:
+            raise ValueError(
+                f"y has {y2.shape[1]} outputs but the earlier tasks had {targets.mean.size}.")
+        sample_weight = check_fit_weight(sample_weight, X)
+        X, y2, sample_weight = without_zero_weights(X, y2, sample_weight)
+        y_model = targets.to_model(y2)  # the units of the first task
+        fit_next_task(self, X, y_model, sample_weight)
+        return self._record_scaling()

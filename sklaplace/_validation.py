@@ -366,9 +366,7 @@ def _device_problem(device, net):
 
 
 def _frozen_problems(inner, name, likelihood_kinds):
-    from ._base import BaseLaplace
-
-    if isinstance(inner, BaseLaplace):
+    if hasattr(type(inner), "_likelihood_kinds"):  # a LaplaceClassifier / LaplaceRegressor
         return [
             f"net=FrozenEstimator(...) needs a trained skorch net; got a "
             f"{type(inner).__name__}. To reuse the net a fitted one trained, pass "

@@ -1,34 +1,24 @@
 """LaplaceClassifier: a neural network classifier with a Laplace posterior."""
 
 import numpy as np
-import torch
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.frozen import FrozenEstimator
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted
 
-from . import _continual as continual
 from . import _policy as policy
 from ._base import BaseLaplace, keeps_state_on_failure
-from ._laplace.continual import Task
-from ._laplace.fitted import by_rows, generator
+from ._classifier_predictive import ClassifierPredictive
+from ._continual import ClassifierPartialFit
 from ._laplace.workflow import torch_entry_point
 from ._threads import thread_policy
-from ._validation import (CLASSIFIER_CONSTRAINTS, check_fit_weight,
-                          partial_fit_available, validate_numeric, without_zero_weights)
-from .distributions import LogitGaussianPrediction, binary_probit_proba, probit_link
+from ._validation import (CLASSIFIER_CONSTRAINTS, check_fit_weight, validate_numeric,
+                          without_zero_weights)
 
 
-def _label_nll(proba, y):
-    """−log of the probability of each row's label (``y`` encoded, a tensor)."""
-    picked = proba[np.arange(len(proba)), y.cpu().numpy().astype(int)]
-    return -np.log(np.maximum(picked, np.finfo(float).tiny))
-
-
-class LaplaceClassifier(ClassifierMixin, BaseLaplace):
+class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartialFit,
+                        BaseLaplace):
     """Neural network classifier with a Laplace approximation posterior.
 
     Trains a skorch net to the MAP (the prior as weight decay), fits a Gaussian
@@ -399,77 +389,6 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
                 f"likelihood with {len(self.classes_)} classes needs {expected}."
             )
 
-    def _held_out_scorers(self, likelihood, seed):
-        """NLLs of held-out labels under the GLM moments' and the logit draws' predictive."""
-        return (lambda f, cov, y: _label_nll(
-                    self._proba_from_moments(f, cov, likelihood, seed), y),
-                lambda samples, y: _label_nll(
-                    self._sampled_dist(samples, likelihood, seed).proba(), y))
-
-    @available_if(partial_fit_available)
-    @_fit_context(prefer_skip_nested_validation=True)
-    @keeps_state_on_failure
-    @thread_policy
-    @torch_entry_point
-    def partial_fit(self, X, y, classes=None, sample_weight=None):
-        """Continual learning: fit on the first call, update the posterior on later ones.
-
-        The posterior of the earlier calls (tasks) is the prior of this one
-        (Laplace Redux, App. C.4): the net starts at their MAP θ*_{t−1} and is
-        trained to the MAP under N(θ*_{t−1}, (s·Σ_{t'<t} H_{t'} + δI)⁻¹), the
-        task's curvature at the new MAP is added to the earlier tasks' (exactly
-        for ``"diag"`` and ``"full"``, summed Kronecker factors for ``"kron"``)
-        and δ is re-tuned on the task's evidence p(D_t | D_<t), which is then
-        ``log_evidence_``. The first call is ``fit`` over all weights with a
-        full (when cheap), Kronecker or diagonal posterior and ``"auto"`` tuning
-        meaning ``"evidence"``; a call after ``fit`` continues from that fit.
-        Each call trains ``max_epochs`` epochs (a ``FrozenEstimator`` net keeps
-        its weights: only the curvature accumulates). Available over all weights
-        with ``hessian_structure`` ``"auto"``, ``"full"``, ``"diag"`` or
-        ``"kron"``, ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or
-        None, and no ``refine``. See ``sklaplace._laplace.continual``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training data of this task.
-        y : array-like of shape (n_samples,)
-            Labels, all in ``classes``.
-        classes : array-like of shape (n_classes,), default=None
-            All the labels of every task; required on the first call (as in
-            ``SGDClassifier.partial_fit``), and if given later equal to ``classes_``.
-        sample_weight : array-like of shape (n_samples,), default=None
-            Row weights of this task (see ``fit``); ``class_weight="balanced"`` is
-            not supported here (a dict is).
-
-        Returns
-        -------
-        self : LaplaceClassifier
-            The updated estimator.
-
-        Raises
-        ------
-        ValueError
-            If ``classes`` is missing on the first call or disagrees with
-            ``classes_``, a label is not in ``classes``, or
-            ``class_weight="balanced"``.
-        """
-        first = continual.is_first_call(self)
-        X_checked, y_checked = validate_numeric(self, X, y, reset=first,
-                                                dtype=[np.float64, np.float32])
-        check_classification_targets(y_checked)
-        known = continual.check_classes(self, classes, y_checked, first)
-        if first:
-            return self._fit_rows(X, y, sample_weight, task=Task(classes=known))
-        sample_weight = check_fit_weight(sample_weight, X_checked)
-        if self.class_weight is not None:
-            per_row = compute_sample_weight(self.class_weight, y_checked)
-            sample_weight = check_fit_weight(
-                per_row if sample_weight is None else sample_weight * per_row, X_checked)
-        X_checked, y_index, sample_weight = without_zero_weights(
-            X_checked, np.searchsorted(known, y_checked), sample_weight)
-        return continual.fit_next_task(self, X_checked, y_index, sample_weight)
-
     @thread_policy
     @torch_entry_point
     def log_evidence(self, prior_precision=None):
@@ -488,185 +407,3 @@ class LaplaceClassifier(ClassifierMixin, BaseLaplace):
             (after ``partial_fit``: of the last task given the earlier ones).
         """
         return self._log_evidence(prior_precision, None)
-
-    @thread_policy
-    @torch_entry_point
-    def predict_dist(self, X):
-        """The Gaussian over logits of the Laplace predictive.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input samples.
-
-        Returns
-        -------
-        dist : LogitGaussianPrediction
-            ``dist.proba()`` equals ``predict_proba(X)``.
-        """
-        check_is_fitted(self)
-        Xt, fitted = self._X_tensor(X), self.laplace_
-        if self.pred_type == "nn":
-            samples = fitted.nn_samples(Xt, self.n_samples, generator(fitted.prediction_seed))
-            return self._sampled_dist(samples)
-        mean, cov = fitted.glm_moments(Xt)
-        return self._logit_dist(mean, cov, self.link_approx)
-
-    def _sampled_dist(self, samples, likelihood=None, seed=None):
-        """The predictive of logit draws (S, n, C) of sampled weights (``link="nn"``)."""
-        mean = samples.mean(0)
-        centered = samples - mean
-        cov = torch.einsum("snc,snd->ncd", centered, centered) / max(1, len(samples) - 1)
-        return self._logit_dist(mean, cov, "nn", samples, likelihood, seed)
-
-    def _logit_dist(self, mean, cov, link, samples=None, likelihood=None, seed=None):
-        """The logit Gaussian of the moments (tensors) under ``link``; ``likelihood`` and
-        ``seed`` those of the fit (default: the fitted ``laplace_``'s)."""
-        likelihood = self.laplace_.likelihood if likelihood is None else likelihood
-        seed = self.laplace_.prediction_seed if seed is None else seed
-        single = likelihood.single_logit
-        if single:  # one Bernoulli logit f ↦ the two logits (−f/2, f/2)
-            mean = torch.cat([-mean / 2, mean / 2], dim=1)
-            v = cov[:, 0, 0] / 4
-            cov = torch.stack([torch.stack([v, -v], -1), torch.stack([-v, v], -1)], -2)
-            if samples is not None:
-                samples = torch.cat([-samples / 2, samples / 2], dim=2)
-        return LogitGaussianPrediction(
-            logit_mean=mean.cpu().numpy(), logit_cov=cov.cpu().numpy(), link=link,
-            n_samples=self.n_samples, seed=seed, single_logit=single,
-            logit_samples=None if samples is None else samples.cpu().numpy(),
-        )
-
-    @thread_policy
-    @torch_entry_point
-    def predict_proba(self, X):
-        """Laplace predictive class probabilities, columns in ``classes_`` order.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input samples.
-
-        Returns
-        -------
-        proba : ndarray of shape (n_samples, n_classes)
-            Predictive probability of each class; rows sum to 1.
-        """
-        check_is_fitted(self)
-        Xt, fitted = self._X_tensor(X), self.laplace_
-        if self.pred_type in ("glm", "gp"):
-            # moments per row chunk (their buffers freed but the (rows, C, C) covariance),
-            # then the link by blocks of those rows within the chunk size again
-            C = fitted.n_outputs
-            return fitted.per_chunk(Xt, self._proba_from_moments, 8 * C * C)
-        link_bytes = self._link_row_bytes(self.n_samples)
-        return fitted.nn_per_chunk(Xt, lambda s: self._sampled_dist(s).proba(), link_bytes)
-
-    def _link_row_bytes(self, n_draws=None, n_outputs=None):
-        """Bytes per row the link allocates (numpy float64): the logit covariance, its
-        square root and their temporaries, and the (draws, C) logits of ``"mc"`` (or of
-        ``n_draws`` weight samples), their softmax and its temporaries."""
-        C = max(2, self.laplace_.n_outputs if n_outputs is None else n_outputs)
-        if n_draws is None:
-            n_draws = self.n_samples if self.link_approx == "mc" else 0
-        return 32 * C * (C + n_draws)
-
-    def _proba_from_moments(self, mean, cov, likelihood=None, seed=None):
-        """Predictive probabilities of the GLM moments (tensors) of any number of rows
-        under ``link_approx``, by blocks of rows within the prediction chunk (``likelihood``
-        and ``seed``: those of the fit, default ``laplace_``'s)."""
-        return by_rows(lambda m, c: self._link_proba(m, c, likelihood, seed), (mean, cov),
-                       self._link_row_bytes(n_outputs=mean.shape[1]))
-
-    def _link_proba(self, mean, cov, likelihood=None, seed=None):
-        """Predictive probabilities of the GLM moments (tensors) under ``link_approx``."""
-        likelihood = self.laplace_.likelihood if likelihood is None else likelihood
-        if self.link_approx == "probit":
-            # predict_dist(X).proba() without building the logit Gaussian: same numbers.
-            mean, cov = mean.cpu().numpy(), cov.cpu().numpy()
-            if likelihood.single_logit:
-                return binary_probit_proba(mean[:, 0], np.maximum(cov[:, 0, 0], 0.0))
-            return probit_link(mean, cov)
-        return self._logit_dist(mean, cov, self.link_approx, likelihood=likelihood,
-                                seed=seed).proba()
-
-    @torch_entry_point
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input samples.
-
-        Returns
-        -------
-        log_proba : ndarray of shape (n_samples, n_classes)
-            Log predictive probability of each class (``-inf`` where it is 0).
-        """
-        with np.errstate(divide="ignore"):
-            return np.log(self.predict_proba(X))
-
-    @torch_entry_point
-    def decision_function(self, X):
-        """Compute the log-odds of the Laplace predictive.
-
-        Binary: log p₁ − log p₀, shape (n_samples,); multi-class: ``predict_log_proba``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input samples.
-
-        Returns
-        -------
-        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
-            Log-odds of ``classes_[1]`` for two classes, else the log
-            probabilities.
-        """
-        log_proba = self.predict_log_proba(X)
-        if len(self.classes_) == 2:
-            return log_proba[:, 1] - log_proba[:, 0]
-        return log_proba
-
-    @thread_policy
-    @torch_entry_point
-    def predict(self, X):
-        """Predict the class of largest Laplace predictive probability.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input samples.
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-            Predicted class labels, from ``classes_``.
-        """
-        check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
-
-    @thread_policy
-    @torch_entry_point
-    def sample_functions(self, X, n_samples=1, random_state=None):
-        """Draw logit functions from the posterior.
-
-        GLM: f(x, θ*) + J(x)(θ − θ*); ``pred_type="nn"``: f(x, θ).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_rows, n_features)
-            Input samples.
-        n_samples : int, default=1
-            Number of functions drawn.
-        random_state : int, RandomState instance or None, default=None
-            Seed of the draws, as in scikit-learn.
-
-        Returns
-        -------
-        samples : ndarray of shape (n_samples, n_rows, n_outputs)
-            The logits of each drawn function at each row (one output for a
-            Bernoulli likelihood, else one per class).
-        """
-        return self._function_samples(X, n_samples, random_state).cpu().numpy()

@@ -1,27 +1,22 @@
 """LaplaceRegressor: a neural network regressor with a Laplace posterior."""
 
 import numpy as np
-import torch
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.frozen import FrozenEstimator
-from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted
 
-from . import _continual as continual
 from . import _policy as policy
 from ._base import BaseLaplace, keeps_state_on_failure
-from ._laplace.continual import Task
-from ._laplace.hyperparameters import TargetScale, weighted_spread
+from ._continual import RegressorPartialFit
+from ._laplace.hyperparameters import (TARGET_SCALING, TargetScale, check_sigma_scale,
+                                       trained_scaling)
 from ._laplace.workflow import torch_entry_point
-from ._validation import (REGRESSOR_CONSTRAINTS, check_fit_weight, check_positive,
-                          partial_fit_available, positive_array, validate_numeric,
-                          without_zero_weights)
-from ._joint import joint_moments, per_output_cov, sample_joint
+from ._regressor_predictive import RegressorPredictive
 from ._threads import thread_policy
-from .distributions import NormalPrediction
+from ._validation import (REGRESSOR_CONSTRAINTS, check_fit_weight, positive_array,
+                          validate_numeric, without_zero_weights)
 
 
-class LaplaceRegressor(RegressorMixin, BaseLaplace):
+class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorPartialFit, BaseLaplace):
     """Neural network regressor with a Laplace approximation posterior.
 
     Trains a skorch net to the MAP of a Gaussian likelihood (the prior as
@@ -386,119 +381,23 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
         frozen = isinstance(self.net, FrozenEstimator)
         targets = TargetScale.fit(
             y2, bool(self.normalize_y) and not frozen, y.ndim, sample_weight,
-            trained=self._trained_scaling(y2.shape[1]) if frozen else None)
+            trained=trained_scaling(self.net.estimator, y2.shape[1]) if frozen else None)
         y_model = targets.to_model(y2)
         if not frozen:  # only training can overflow
-            self._check_sigma_scale(sigma, y_model, targets.normalizes, sample_weight)
+            check_sigma_scale(self.sigma_noise, sigma, y_model, targets.normalizes, sample_weight)
         self._fit(X, y_model, "gaussian", y2.shape[1], targets, sample_weight, task=task)
         return self._record_scaling()
 
     def _record_scaling(self):
         """Record the standardization on a net this estimator trained (not on a frozen one)."""
-        targets = self.laplace_.targets
-        if targets.normalizes and not isinstance(self.net, FrozenEstimator):
-            setattr(self.net_, self.TARGET_SCALING, (targets.mean.copy(), targets.std.copy()))
+        if not isinstance(self.net, FrozenEstimator):
+            self.laplace_.targets.record_on(self.net_)
         return self
 
     #: Attribute of a trained ``net_`` with the (mean, std) of the standardization its
     #: outputs are in (``normalize_y``): a ``FrozenEstimator`` of it reads its outputs in
     #: those units.
-    TARGET_SCALING = "sklaplace_target_scaling_"
-
-    def _trained_scaling(self, n_outputs):
-        """(mean, std) of the standardized targets the frozen net was trained on, or None."""
-        scaling = getattr(self.net.estimator, self.TARGET_SCALING, None)
-        if scaling is None:
-            return None
-        mean, std = (np.asarray(v, dtype=np.float64).reshape(-1) for v in scaling)
-        if mean.size != n_outputs or std.size != n_outputs:
-            raise ValueError(
-                f"The frozen net was trained by a LaplaceRegressor on {mean.size} standardized "
-                f"target(s), but y has {n_outputs} outputs.")
-        return mean, std
-
-    @available_if(partial_fit_available)
-    @_fit_context(prefer_skip_nested_validation=True)
-    @keeps_state_on_failure
-    @thread_policy
-    @torch_entry_point
-    def partial_fit(self, X, y, sample_weight=None):
-        """Continual learning: fit on the first call, update the posterior on later ones.
-
-        The posterior of the earlier calls (tasks) is the prior of this one
-        (Laplace Redux, App. C.4): the net starts at their MAP θ*_{t−1} and is
-        trained to the MAP under N(θ*_{t−1}, (s·Σ_{t'<t} H_{t'} + δI)⁻¹), the
-        task's curvature at the new MAP is added to the earlier tasks' (exactly
-        for ``"diag"`` and ``"full"``, summed Kronecker factors for ``"kron"``)
-        and δ and σ are re-tuned on the task's evidence p(D_t | D_<t), which is
-        then ``log_evidence_``. For a net without hidden layer and
-        ``hessian_structure="full"`` every step is exact: the posterior equals
-        that of one fit on all tasks' rows (``"diag"`` and ``"kron"`` carry
-        an approximation of the earlier tasks' curvature into the next MAP,
-        so they are not). The curvature and structure stay those of the
-        first call; a call that fails leaves the estimator as it was. The
-        first call is ``fit`` over all weights with a full (when cheap),
-        Kronecker or diagonal posterior and ``"auto"`` tuning meaning
-        ``"evidence"``; a call after ``fit`` continues from that fit. The
-        targets are standardized (``normalize_y``) as on the first call. Each
-        call trains ``max_epochs`` epochs (a ``FrozenEstimator`` net keeps its
-        weights). Available over all weights with ``hessian_structure``
-        ``"auto"``, ``"full"``, ``"diag"`` or ``"kron"``,
-        ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or None, one
-        ``sigma_noise`` and no ``refine``. See ``sklaplace._laplace.continual``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training data of this task.
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Target values of this task, with the outputs of the first call.
-        sample_weight : array-like of shape (n_samples,), default=None
-            Row weights of this task (see ``fit``).
-
-        Returns
-        -------
-        self : LaplaceRegressor
-            The updated estimator.
-
-        Raises
-        ------
-        ValueError
-            If ``y`` has another number of outputs than on the first call.
-        """
-        if continual.is_first_call(self):
-            return self._fit_rows(X, y, sample_weight, task=Task())
-        X, y = validate_numeric(self, X, y, reset=False, dtype=[np.float64, np.float32],
-                                multi_output=True, y_numeric=True)
-        y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
-        targets = self.laplace_.targets
-        if y2.shape[1] != targets.mean.size:
-            raise ValueError(
-                f"y has {y2.shape[1]} outputs but the earlier tasks had {targets.mean.size}.")
-        sample_weight = check_fit_weight(sample_weight, X)
-        X, y2, sample_weight = without_zero_weights(X, y2, sample_weight)
-        y_model = targets.to_model(y2)  # the units of the first task
-        continual.fit_next_task(self, X, y_model, sample_weight)
-        return self._record_scaling()
-
-    # Adam squares the gradients, of order std(y)/σ² per row: beyond ~1e15 they
-    # overflow float32 (3e38) and the net silently stays at its initialization.
-    MAX_GRADIENT_SCALE = 1e15
-
-    def _check_sigma_scale(self, sigma, y_model, normalizes, sample_weight=None):
-        """Refuse a σ so small against the spread of the targets that training breaks."""
-        spread = weighted_spread(y_model, sample_weight, axis=0)
-        scale = np.where(spread > 0, spread, 1.0) / sigma**2
-        if not np.all(scale <= self.MAX_GRADIENT_SCALE):
-            unit = "standardized y" if normalizes else "y"
-            floor = np.sqrt(np.max(np.where(spread > 0, spread, 1.0)) / self.MAX_GRADIENT_SCALE)
-            raise ValueError(
-                f"sigma_noise={self.sigma_noise!r} (in units of {unit}) is too small for the "
-                f"spread of y: MAP training cannot fit with it (the gradients of the Gaussian "
-                f"loss, ~std(y)/σ², overflow). Use sigma_noise ≥ {floor:.3g}, of the order of the "
-                "expected residuals, or keep the default and let "
-                "hyperparameter_tuning='evidence' tune it."
-            )
+    TARGET_SCALING = TARGET_SCALING
 
     def _default_tuning(self, n_rows):
         return policy.regressor_tuning(
@@ -525,173 +424,3 @@ class LaplaceRegressor(RegressorMixin, BaseLaplace):
     def _store_sigma(self, fitted):
         self.sigma_noise_ = fitted.targets.sigma_original(fitted.hyper.sigma)
 
-    @thread_policy
-    @torch_entry_point
-    def log_evidence(self, prior_precision=None, sigma_noise=None):
-        """Laplace log marginal likelihood at the fitted or given hyperparameters.
-
-        Parameters
-        ----------
-        prior_precision : float or array-like, default=None
-            Whole-net form as the constructor parameter; ``None`` uses ``prior_precision_``.
-        sigma_noise : float or array-like, default=None
-            In the units of y, of the form of ``sigma_noise_``; ``None`` uses ``sigma_noise_``.
-
-        Returns
-        -------
-        log_evidence : float
-            The Laplace approximation of log p(y | X) at those hyperparameters,
-            in the units of y (after ``partial_fit``: of the last task given the
-            earlier ones).
-
-        Raises
-        ------
-        ValueError
-            If ``sigma_noise`` does not have the form of ``sigma_noise_``.
-        """
-        check_is_fitted(self)
-        sigma = self.sigma_noise_ if sigma_noise is None else sigma_noise
-        positive_array("sigma_noise", sigma)
-        if np.ndim(sigma) != np.ndim(self.sigma_noise_):
-            raise ValueError(
-                f"sigma_noise must have the form of sigma_noise_ (shape {np.shape(self.sigma_noise_)})."
-            )
-        fitted = self.laplace_
-        value = self._log_evidence(prior_precision,
-                                   fitted.targets.sigma_model(sigma, fitted.hyper.sigma))
-        return value + self._evidence_offset(fitted)
-
-    def _output_moments(self, X):
-        """Predictive mean, epistemic and aleatoric variance in the units of y."""
-        Xt, fitted = self._X_tensor(X), self.laplace_
-        if self.pred_type == "nn":  # per row chunk: no (S, n, C) outputs for all rows
-            correction = int(self.n_samples > 1)
-            mean, var = fitted.nn_per_chunk(
-                Xt, lambda samples: (samples.mean(0), samples.var(0, correction=correction)))
-        else:  # per row chunk: no (n, C, C) covariance for all rows
-            mean, var = fitted.per_chunk(Xt, lambda f, cov: (
-                f, torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0)))
-        mean, var, noise = fitted.targets.moments(mean.cpu().numpy(), var.cpu().numpy(),
-                                                  fitted.hyper.sigma)
-        if fitted.targets.ndim == 1:
-            return mean[:, 0], var[:, 0], noise[:, 0]
-        return mean, var, noise
-
-    @thread_policy
-    @torch_entry_point
-    def predict_dist(self, X):
-        """Normal predictive distribution per row (and output), in the units of y.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input samples.
-
-        Returns
-        -------
-        dist : NormalPrediction
-            ``mean``, ``std``, ``epistemic_var``, ``aleatoric_var``, ``interval`` ...
-        """
-        check_is_fitted(self)
-        mean, var, noise = self._output_moments(X)
-        return NormalPrediction(mean=mean, epistemic_var=var, aleatoric_var=noise)
-
-    @thread_policy
-    @torch_entry_point
-    def predict(self, X, return_std=False, return_cov=False):
-        """Predictive mean, and the predictive std or joint covariance (σ included).
-
-        As in ``GaussianProcessRegressor``: at most one of ``return_std`` and
-        ``return_cov``; both include the noise σ², so the diagonal of the covariance is
-        the squared std.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Input samples.
-        return_std : bool, default=False
-            Whether to return the predictive standard deviation too.
-        return_cov : bool, default=False
-            Whether to return the joint predictive covariance over the rows of ``X``
-            (J Σ Jᵀ + σ² I of the GLM predictive; with ``pred_type="nn"`` the sample
-            covariance of the network at the weight draws, plus σ²). It holds
-            n_samples² values per output: for many rows use ``return_std``.
-
-        Returns
-        -------
-        mean : ndarray of shape (n_samples,) or (n_samples, n_targets)
-            Predictive mean, in the units of y.
-        std : ndarray of the same shape
-            Only with ``return_std=True``.
-        cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, n_targets)
-            Only with ``return_cov=True``, in the units of y²: for multi-output y one
-            covariance over the rows per output (``GaussianProcessRegressor``'s layout;
-            the covariances between outputs are not returned, :meth:`sample_y` keeps them).
-
-        Raises
-        ------
-        ValueError
-            If both ``return_std`` and ``return_cov`` are True.
-        """
-        check_is_fitted(self)
-        if return_std and return_cov:
-            raise ValueError("At most one of return_std or return_cov can be requested.")
-        if return_cov:
-            mean, cov = joint_moments(self, X)
-            mean = mean[:, 0] if self.laplace_.targets.ndim == 1 else mean
-            return mean, per_output_cov(self, cov)
-        mean, var, noise = self._output_moments(X)
-        return (mean, np.sqrt(var + noise)) if return_std else mean
-
-    @thread_policy
-    @torch_entry_point
-    def sample_y(self, X, n_samples=1, random_state=0):
-        """Draw targets from the joint predictive, as ``GaussianProcessRegressor.sample_y``.
-
-        The draws come from N(mean, cov) over all rows and outputs of ``X`` together, the
-        distribution of ``predict(X, return_cov=True)`` with the covariances between
-        outputs kept; σ² is included (for noise-free functions use
-        :meth:`sample_functions`).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples_X, n_features)
-            Input samples.
-        n_samples : int, default=1
-            Number of draws per row.
-        random_state : int, RandomState instance or None, default=0
-            Seed of the draws, as in ``GaussianProcessRegressor.sample_y``.
-
-        Returns
-        -------
-        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets, n_samples)
-            The draws, in the units of y.
-        """
-        check_is_fitted(self)
-        check_positive("n_samples", n_samples, integer=True)
-        return sample_joint(self, X, int(n_samples), random_state)
-
-    @thread_policy
-    @torch_entry_point
-    def sample_functions(self, X, n_samples=1, random_state=None):
-        """Draw functions from the posterior, in the units of y (no noise added).
-
-        GLM: f(x, θ*) + J(x)(θ − θ*); ``pred_type="nn"``: f(x, θ).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_rows, n_features)
-            Input samples.
-        n_samples : int, default=1
-            Number of functions drawn.
-        random_state : int, RandomState instance or None, default=None
-            Seed of the draws, as in scikit-learn.
-
-        Returns
-        -------
-        samples : ndarray of shape (n_samples, n_rows, n_outputs)
-            The value of each drawn function at each row and output.
-        """
-        f = self._function_samples(X, n_samples, random_state).cpu().numpy()
-        targets = self.laplace_.targets
-        return f * targets.std + targets.mean

@@ -82,6 +82,44 @@ class Hyperparameters:
                                self.sigma if sigma is None else sigma)
 
 
+#: Attribute of a trained net with the (mean, std) of the standardization its outputs are
+#: in (``normalize_y``): a ``FrozenEstimator`` of it reads its outputs in those units.
+TARGET_SCALING = "sklaplace_target_scaling_"
+# Adam squares the gradients, of order std(y)/σ² per row: beyond ~1e15 they
+# overflow float32 (3e38) and the net silently stays at its initialization.
+MAX_GRADIENT_SCALE = 1e15
+
+
+def trained_scaling(net, n_outputs):
+    """(mean, std) of the standardized targets a frozen ``net`` was trained on, or None."""
+    scaling = getattr(net, TARGET_SCALING, None)
+    if scaling is None:
+        return None
+    mean, std = (np.asarray(v, dtype=np.float64).reshape(-1) for v in scaling)
+    if mean.size != n_outputs or std.size != n_outputs:
+        raise ValueError(
+            f"The frozen net was trained by a LaplaceRegressor on {mean.size} standardized "
+            f"target(s), but y has {n_outputs} outputs.")
+    return mean, std
+
+
+def check_sigma_scale(given, sigma, y_model, normalizes, sample_weight=None):
+    """Refuse a σ (``given`` as the parameter) so small against the spread of the
+    targets that training breaks."""
+    spread = weighted_spread(y_model, sample_weight, axis=0)
+    scale = np.where(spread > 0, spread, 1.0) / sigma**2
+    if not np.all(scale <= MAX_GRADIENT_SCALE):
+        unit = "standardized y" if normalizes else "y"
+        floor = np.sqrt(np.max(np.where(spread > 0, spread, 1.0)) / MAX_GRADIENT_SCALE)
+        raise ValueError(
+            f"sigma_noise={given!r} (in units of {unit}) is too small for the "
+            f"spread of y: MAP training cannot fit with it (the gradients of the Gaussian "
+            f"loss, ~std(y)/σ², overflow). Use sigma_noise ≥ {floor:.3g}, of the order of the "
+            "expected residuals, or keep the default and let "
+            "hyperparameter_tuning='evidence' tune it."
+        )
+
+
 @dataclass(frozen=True)
 class TargetScale:
     """y = mean + std·y_model per output; ``ndim`` of the fitted y (1 or 2)."""
@@ -112,6 +150,11 @@ class TargetScale:
             )
         std = np.where(spread > 0, spread, 1.0) if normalize else np.ones(y2.shape[1])
         return cls(np.asarray(mean, dtype=float), std, bool(normalize), ndim)
+
+    def record_on(self, net):
+        """Record a standardization on the net trained in its units (``TARGET_SCALING``)."""
+        if self.normalizes:
+            setattr(net, TARGET_SCALING, (self.mean.copy(), self.std.copy()))
 
     def to_model(self, y2):
         return (y2 - self.mean) / self.std

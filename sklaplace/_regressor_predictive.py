@@ -1,0 +1,194 @@
+"""The regressor's readouts of the fitted Laplace approximation, in the units of y.
+
+The log evidence at given hyperparameters (σ converted by the fit's ``TargetScale``),
+and the predictive Gaussians: per row chunk the GLM predictive's mean f(x) and epistemic variance diag J(x) Σ J(x)ᵀ
+(``pred_type="nn"``: the moments of the net at weight samples), plus the noise σ²,
+mapped to the units of y by the fit's ``TargetScale``; the joint predictive over rows
+(``return_cov``, ``sample_y``) in :mod:`._joint`. ``LaplaceRegressor`` inherits these
+methods.
+"""
+
+import numpy as np
+import torch
+from sklearn.utils.validation import check_is_fitted
+
+from ._joint import joint_moments, per_output_cov, sample_joint
+from ._laplace.workflow import torch_entry_point
+from ._threads import thread_policy
+from ._validation import check_positive, positive_array
+from .distributions import NormalPrediction
+
+
+class RegressorPredictive:
+    """Prediction and evidence methods of :class:`~sklaplace.LaplaceRegressor` (a mixin)."""
+
+    @thread_policy
+    @torch_entry_point
+    def log_evidence(self, prior_precision=None, sigma_noise=None):
+        """Laplace log marginal likelihood at the fitted or given hyperparameters.
+
+        Parameters
+        ----------
+        prior_precision : float or array-like, default=None
+            Whole-net form as the constructor parameter; ``None`` uses ``prior_precision_``.
+        sigma_noise : float or array-like, default=None
+            In the units of y, of the form of ``sigma_noise_``; ``None`` uses ``sigma_noise_``.
+
+        Returns
+        -------
+        log_evidence : float
+            The Laplace approximation of log p(y | X) at those hyperparameters,
+            in the units of y (after ``partial_fit``: of the last task given the
+            earlier ones).
+
+        Raises
+        ------
+        ValueError
+            If ``sigma_noise`` does not have the form of ``sigma_noise_``.
+        """
+        check_is_fitted(self)
+        sigma = self.sigma_noise_ if sigma_noise is None else sigma_noise
+        positive_array("sigma_noise", sigma)
+        if np.ndim(sigma) != np.ndim(self.sigma_noise_):
+            raise ValueError(
+                f"sigma_noise must have the form of sigma_noise_ (shape {np.shape(self.sigma_noise_)})."
+            )
+        fitted = self.laplace_
+        value = self._log_evidence(prior_precision,
+                                   fitted.targets.sigma_model(sigma, fitted.hyper.sigma))
+        return value + self._evidence_offset(fitted)
+
+    def _output_moments(self, X):
+        """Predictive mean, epistemic and aleatoric variance in the units of y."""
+        Xt, fitted = self._X_tensor(X), self.laplace_
+        if self.pred_type == "nn":  # per row chunk: no (S, n, C) outputs for all rows
+            correction = int(self.n_samples > 1)
+            mean, var = fitted.nn_per_chunk(
+                Xt, lambda samples: (samples.mean(0), samples.var(0, correction=correction)))
+        else:  # per row chunk: no (n, C, C) covariance for all rows
+            mean, var = fitted.per_chunk(Xt, lambda f, cov: (
+                f, torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0)))
+        mean, var, noise = fitted.targets.moments(mean.cpu().numpy(), var.cpu().numpy(),
+                                                  fitted.hyper.sigma)
+        if fitted.targets.ndim == 1:
+            return mean[:, 0], var[:, 0], noise[:, 0]
+        return mean, var, noise
+
+    @thread_policy
+    @torch_entry_point
+    def predict_dist(self, X):
+        """Normal predictive distribution per row (and output), in the units of y.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input samples.
+
+        Returns
+        -------
+        dist : NormalPrediction
+            ``mean``, ``std``, ``epistemic_var``, ``aleatoric_var``, ``interval`` ...
+        """
+        check_is_fitted(self)
+        mean, var, noise = self._output_moments(X)
+        return NormalPrediction(mean=mean, epistemic_var=var, aleatoric_var=noise)
+
+    @thread_policy
+    @torch_entry_point
+    def predict(self, X, return_std=False, return_cov=False):
+        """Predictive mean, and the predictive std or joint covariance (σ included).
+
+        As in ``GaussianProcessRegressor``: at most one of ``return_std`` and
+        ``return_cov``; both include the noise σ², so the diagonal of the covariance is
+        the squared std.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Input samples.
+        return_std : bool, default=False
+            Whether to return the predictive standard deviation too.
+        return_cov : bool, default=False
+            Whether to return the joint predictive covariance over the rows of ``X``
+            (J Σ Jᵀ + σ² I of the GLM predictive; with ``pred_type="nn"`` the sample
+            covariance of the network at the weight draws, plus σ²). It holds
+            n_samples² values per output: for many rows use ``return_std``.
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,) or (n_samples, n_targets)
+            Predictive mean, in the units of y.
+        std : ndarray of the same shape
+            Only with ``return_std=True``.
+        cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, n_targets)
+            Only with ``return_cov=True``, in the units of y²: for multi-output y one
+            covariance over the rows per output (``GaussianProcessRegressor``'s layout;
+            the covariances between outputs are not returned, :meth:`sample_y` keeps them).
+
+        Raises
+        ------
+        ValueError
+            If both ``return_std`` and ``return_cov`` are True.
+        """
+        check_is_fitted(self)
+        if return_std and return_cov:
+            raise ValueError("At most one of return_std or return_cov can be requested.")
+        if return_cov:
+            mean, cov = joint_moments(self, X)
+            mean = mean[:, 0] if self.laplace_.targets.ndim == 1 else mean
+            return mean, per_output_cov(self, cov)
+        mean, var, noise = self._output_moments(X)
+        return (mean, np.sqrt(var + noise)) if return_std else mean
+
+    @thread_policy
+    @torch_entry_point
+    def sample_y(self, X, n_samples=1, random_state=0):
+        """Draw targets from the joint predictive, as ``GaussianProcessRegressor.sample_y``.
+
+        The draws come from N(mean, cov) over all rows and outputs of ``X`` together, the
+        distribution of ``predict(X, return_cov=True)`` with the covariances between
+        outputs kept; σ² is included (for noise-free functions use
+        :meth:`sample_functions`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+            Input samples.
+        n_samples : int, default=1
+            Number of draws per row.
+        random_state : int, RandomState instance or None, default=0
+            Seed of the draws, as in ``GaussianProcessRegressor.sample_y``.
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets, n_samples)
+            The draws, in the units of y.
+        """
+        check_is_fitted(self)
+        check_positive("n_samples", n_samples, integer=True)
+        return sample_joint(self, X, int(n_samples), random_state)
+
+    @thread_policy
+    @torch_entry_point
+    def sample_functions(self, X, n_samples=1, random_state=None):
+        """Draw functions from the posterior, in the units of y (no noise added).
+
+        GLM: f(x, θ*) + J(x)(θ − θ*); ``pred_type="nn"``: f(x, θ).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features)
+            Input samples.
+        n_samples : int, default=1
+            Number of functions drawn.
+        random_state : int, RandomState instance or None, default=None
+            Seed of the draws, as in scikit-learn.
+
+        Returns
+        -------
+        samples : ndarray of shape (n_samples, n_rows, n_outputs)
+            The value of each drawn function at each row and output.
+        """
+        f = self._function_samples(X, n_samples, random_state).cpu().numpy()
+        targets = self.laplace_.targets
+        return f * targets.std + targets.mean
