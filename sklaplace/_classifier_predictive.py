@@ -7,6 +7,8 @@ net at weight samples. The same links score the held-out rows of ``"cv"`` tuning
 (:meth:`_held_out_scorers`). ``LaplaceClassifier`` inherits these methods.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
@@ -21,6 +23,70 @@ def _label_nll(proba, y):
     """−log of the probability of each row's label (``y`` encoded, a tensor)."""
     picked = proba[np.arange(len(proba)), y.cpu().numpy().astype(int)]
     return -np.log(np.maximum(picked, np.finfo(float).tiny))
+
+
+@dataclass(frozen=True)
+class Link:
+    """The link of one fit: logit moments (tensors) → class probabilities.
+
+    ``approx``: ``link_approx``; ``single_logit``: one Bernoulli logit (else one per
+    class); ``n_samples`` and ``seed``: the draws of ``"mc"`` (the fit's prediction seed).
+    """
+
+    approx: str
+    single_logit: bool
+    n_samples: int
+    seed: int
+
+    def dist(self, mean, cov, link=None, samples=None):
+        """The logit Gaussian of the moments under ``link`` (default ``approx``)."""
+        if self.single_logit:  # one Bernoulli logit f ↦ the two logits (−f/2, f/2)
+            mean = torch.cat([-mean / 2, mean / 2], dim=1)
+            v = cov[:, 0, 0] / 4
+            cov = torch.stack([torch.stack([v, -v], -1), torch.stack([-v, v], -1)], -2)
+            if samples is not None:
+                samples = torch.cat([-samples / 2, samples / 2], dim=2)
+        return LogitGaussianPrediction(
+            logit_mean=mean.cpu().numpy(), logit_cov=cov.cpu().numpy(),
+            link=self.approx if link is None else link, n_samples=self.n_samples,
+            seed=self.seed, single_logit=self.single_logit,
+            logit_samples=None if samples is None else samples.cpu().numpy(),
+        )
+
+    def sampled_dist(self, samples):
+        """The predictive of logit draws (S, n, C) of sampled weights (``link="nn"``)."""
+        mean = samples.mean(0)
+        centered = samples - mean
+        cov = torch.einsum("snc,snd->ncd", centered, centered) / max(1, len(samples) - 1)
+        return self.dist(mean, cov, "nn", samples)
+
+    def row_bytes(self, n_outputs, n_draws=None):
+        """Bytes per row the link allocates (numpy float64): the logit covariance, its
+        square root and their temporaries, and the (draws, C) logits of ``"mc"`` (or of
+        ``n_draws`` weight samples), their softmax and its temporaries."""
+        C = max(2, n_outputs)
+        if n_draws is None:
+            n_draws = self.n_samples if self.approx == "mc" else 0
+        return 32 * C * (C + n_draws)
+
+    def proba(self, mean, cov):
+        """Predictive probabilities of the GLM moments of a block of rows."""
+        if self.approx == "probit":
+            # dist(mean, cov).proba() without building the logit Gaussian: same numbers.
+            mean, cov = mean.cpu().numpy(), cov.cpu().numpy()
+            if self.single_logit:
+                return binary_probit_proba(mean[:, 0], np.maximum(cov[:, 0, 0], 0.0))
+            return probit_link(mean, cov)
+        return self.dist(mean, cov).proba()
+
+    def proba_by_rows(self, mean, cov):
+        """:meth:`proba` of any number of rows, by blocks within the prediction chunk."""
+        return by_rows(self.proba, (mean, cov), self.row_bytes(mean.shape[1]))
+
+    def scorers(self):
+        """NLLs of held-out labels under the GLM moments' and the logit draws' predictive."""
+        return (lambda f, cov, y: _label_nll(self.proba_by_rows(f, cov), y),
+                lambda samples, y: _label_nll(self.sampled_dist(samples).proba(), y))
 
 
 class ClassifierPredictive:
@@ -45,34 +111,16 @@ class ClassifierPredictive:
         Xt, fitted = self._X_tensor(X), self.laplace_
         if self.pred_type == "nn":
             samples = fitted.nn_samples(Xt, self.n_samples, generator(fitted.prediction_seed))
-            return self._sampled_dist(samples)
+            return self._link().sampled_dist(samples)
         mean, cov = fitted.glm_moments(Xt)
-        return self._logit_dist(mean, cov, self.link_approx)
+        return self._link().dist(mean, cov)
 
-    def _sampled_dist(self, samples, likelihood=None, seed=None):
-        """The predictive of logit draws (S, n, C) of sampled weights (``link="nn"``)."""
-        mean = samples.mean(0)
-        centered = samples - mean
-        cov = torch.einsum("snc,snd->ncd", centered, centered) / max(1, len(samples) - 1)
-        return self._logit_dist(mean, cov, "nn", samples, likelihood, seed)
-
-    def _logit_dist(self, mean, cov, link, samples=None, likelihood=None, seed=None):
-        """The logit Gaussian of the moments (tensors) under ``link``; ``likelihood`` and
-        ``seed`` those of the fit (default: the fitted ``laplace_``'s)."""
-        likelihood = self.laplace_.likelihood if likelihood is None else likelihood
-        seed = self.laplace_.prediction_seed if seed is None else seed
-        single = likelihood.single_logit
-        if single:  # one Bernoulli logit f ↦ the two logits (−f/2, f/2)
-            mean = torch.cat([-mean / 2, mean / 2], dim=1)
-            v = cov[:, 0, 0] / 4
-            cov = torch.stack([torch.stack([v, -v], -1), torch.stack([-v, v], -1)], -2)
-            if samples is not None:
-                samples = torch.cat([-samples / 2, samples / 2], dim=2)
-        return LogitGaussianPrediction(
-            logit_mean=mean.cpu().numpy(), logit_cov=cov.cpu().numpy(), link=link,
-            n_samples=self.n_samples, seed=seed, single_logit=single,
-            logit_samples=None if samples is None else samples.cpu().numpy(),
-        )
+    def _link(self, likelihood=None, seed=None):
+        """The :class:`Link` of the fit (or of ``likelihood`` and ``seed`` during one)."""
+        fitted = self.__dict__.get("laplace_")
+        return Link(self.link_approx,
+                    (fitted.likelihood if likelihood is None else likelihood).single_logit,
+                    self.n_samples, fitted.prediction_seed if seed is None else seed)
 
     @thread_policy
     @torch_entry_point
@@ -90,42 +138,14 @@ class ClassifierPredictive:
             Predictive probability of each class; rows sum to 1.
         """
         check_is_fitted(self)
-        Xt, fitted = self._X_tensor(X), self.laplace_
+        Xt, fitted, link = self._X_tensor(X), self.laplace_, self._link()
         if self.pred_type in ("glm", "gp"):
             # moments per row chunk (their buffers freed but the (rows, C, C) covariance),
             # then the link by blocks of those rows within the chunk size again
             C = fitted.n_outputs
-            return fitted.per_chunk(Xt, self._proba_from_moments, 8 * C * C)
-        link_bytes = self._link_row_bytes(self.n_samples)
-        return fitted.nn_per_chunk(Xt, lambda s: self._sampled_dist(s).proba(), link_bytes)
-
-    def _link_row_bytes(self, n_draws=None, n_outputs=None):
-        """Bytes per row the link allocates (numpy float64): the logit covariance, its
-        square root and their temporaries, and the (draws, C) logits of ``"mc"`` (or of
-        ``n_draws`` weight samples), their softmax and its temporaries."""
-        C = max(2, self.laplace_.n_outputs if n_outputs is None else n_outputs)
-        if n_draws is None:
-            n_draws = self.n_samples if self.link_approx == "mc" else 0
-        return 32 * C * (C + n_draws)
-
-    def _proba_from_moments(self, mean, cov, likelihood=None, seed=None):
-        """Predictive probabilities of the GLM moments (tensors) of any number of rows
-        under ``link_approx``, by blocks of rows within the prediction chunk (``likelihood``
-        and ``seed``: those of the fit, default ``laplace_``'s)."""
-        return by_rows(lambda m, c: self._link_proba(m, c, likelihood, seed), (mean, cov),
-                       self._link_row_bytes(n_outputs=mean.shape[1]))
-
-    def _link_proba(self, mean, cov, likelihood=None, seed=None):
-        """Predictive probabilities of the GLM moments (tensors) under ``link_approx``."""
-        likelihood = self.laplace_.likelihood if likelihood is None else likelihood
-        if self.link_approx == "probit":
-            # predict_dist(X).proba() without building the logit Gaussian: same numbers.
-            mean, cov = mean.cpu().numpy(), cov.cpu().numpy()
-            if likelihood.single_logit:
-                return binary_probit_proba(mean[:, 0], np.maximum(cov[:, 0, 0], 0.0))
-            return probit_link(mean, cov)
-        return self._logit_dist(mean, cov, self.link_approx, likelihood=likelihood,
-                                seed=seed).proba()
+            return fitted.per_chunk(Xt, link.proba_by_rows, 8 * C * C)
+        link_bytes = link.row_bytes(fitted.n_outputs, self.n_samples)
+        return fitted.nn_per_chunk(Xt, lambda s: link.sampled_dist(s).proba(), link_bytes)
 
     @torch_entry_point
     def predict_log_proba(self, X):
@@ -209,8 +229,5 @@ class ClassifierPredictive:
         return self._function_samples(X, n_samples, random_state).cpu().numpy()
 
     def _held_out_scorers(self, likelihood, seed):
-        """NLLs of held-out labels under the GLM moments' and the logit draws' predictive."""
-        return (lambda f, cov, y: _label_nll(
-                    self._proba_from_moments(f, cov, likelihood, seed), y),
-                lambda samples, y: _label_nll(
-                    self._sampled_dist(samples, likelihood, seed).proba(), y))
+        """NLLs of held-out labels under this fit's link (:meth:`Link.scorers`)."""
+        return self._link(likelihood, seed).scorers()

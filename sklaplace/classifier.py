@@ -207,6 +207,12 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         after the held-out pass, whose epochs are not counted).
     loss_curve_ : ndarray of shape (n_iter_,)
         The training loss (MAP objective per row) of each epoch.
+    laplace_ : object
+        The immutable fitted Laplace approximation that prediction reads: the
+        weights' subset, the posterior, the evidence, the hyperparameters and
+        the fit's choices; the other fitted attributes are read off it. An
+        internal object (no stability promise); use ``posterior_`` for the
+        posterior over the weights.
     net_ : skorch NeuralNet
         The fitted network (the frozen one for ``FrozenEstimator``).
     classes_ : ndarray of shape (n_classes,)

@@ -17,8 +17,10 @@ import textwrap
 
 import numpy as np
 import pytest
+import torch
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
+from sklaplace._classifier_predictive import Link
 from sklaplace._laplace import fitted as _fitted
 
 CONFIGS = [("all", "kron"), ("all", "diag"), ("all", "full"), ("last_layer", "full"),
@@ -39,6 +41,18 @@ def _classifier(subset, structure, k=3, **params):
                             hidden_layer_sizes=(6,), max_epochs=20,
                             hyperparameter_tuning=None, random_state=0, **params)
     return est.fit(X, y), X
+
+
+def _spy_link_rows(monkeypatch):
+    """Record the number of rows each call of the link (``Link.proba``) receives."""
+    rows, original = [], Link.proba
+
+    def spy(self, mean, cov):
+        rows.append(len(mean))
+        return original(self, mean, cov)
+
+    monkeypatch.setattr(Link, "proba", spy)
+    return rows
 
 
 def _spy_rows(monkeypatch, obj, name):
@@ -65,7 +79,7 @@ def test_one_row_chunks_give_the_whole_array_link(monkeypatch, subset, structure
     assert np.allclose(est.predict_proba(X), whole, rtol=1e-12, atol=1e-14)
     monkeypatch.setattr(_fitted, "PREDICT_CHUNK_BYTES", 1)  # one row per chunk
     moment_rows = _spy_rows(monkeypatch, est.laplace_.subset, "moments")
-    link_rows = _spy_rows(monkeypatch, est, "_link_proba")
+    link_rows = _spy_link_rows(monkeypatch)
     chunked = est.predict_proba(X)
     assert moment_rows == [1] * len(X) and link_rows == [1] * len(X)
     # the last layer reads the features of the net in its own dtype (float32), whose
@@ -95,11 +109,12 @@ def test_mc_probabilities_of_a_row_do_not_depend_on_the_other_rows():
 def test_held_out_link_runs_by_blocks_of_rows(monkeypatch):
     """The link of moments already computed (held-out tuning) is applied by row blocks."""
     est, X = _classifier("all", "diag", link_approx="mc", n_samples=40)
-    f, cov = est.laplace_.glm_moments(est._X_tensor(X))
-    whole = est._link_proba(f, cov)
-    monkeypatch.setattr(_fitted, "PREDICT_CHUNK_BYTES", 5 * est._link_row_bytes())
-    link_rows = _spy_rows(monkeypatch, est, "_link_proba")
-    np.testing.assert_allclose(est._proba_from_moments(f, cov), whole, rtol=1e-12)
+    f, cov = est.laplace_.glm_moments(torch.as_tensor(X))
+    link = Link("mc", False, 40, est.laplace_.prediction_seed)
+    whole = link.proba(f, cov)
+    monkeypatch.setattr(_fitted, "PREDICT_CHUNK_BYTES", 5 * link.row_bytes(f.shape[1]))
+    link_rows = _spy_link_rows(monkeypatch)
+    np.testing.assert_allclose(link.proba_by_rows(f, cov), whole, rtol=1e-12)
     assert max(link_rows) == 5 and sum(link_rows) == len(X)
 
 

@@ -26,7 +26,7 @@ def _split(loader, seed=0, stratify=True):
 
 def _map_proba(est, X):
     with torch.no_grad():
-        f = est.net_.module_(est._X_tensor(X).float()).double().cpu().numpy()
+        f = est.net_.module_(torch.as_tensor(X, dtype=torch.float32)).double().cpu().numpy()
     if f.shape[1] == 1:
         p = expit(f[:, 0])
         return np.column_stack([1 - p, p])
@@ -56,7 +56,7 @@ def test_default_regressor_beats_its_map_and_is_unit_free():
         nll[scale] = np.mean(0.5 * np.log(2 * np.pi * std**2)
                              + 0.5 * ((scale * yte - mean) / std) ** 2) - np.log(scale)
         with torch.no_grad():
-            f = est.net_.module_(est._X_tensor(Xte).float()).double().cpu().numpy()[:, 0]
+            f = est.net_.module_(torch.as_tensor(Xte, dtype=torch.float32)).double().cpu().numpy()[:, 0]
         map_mean = f * est.laplace_.targets.std[0] + est.laplace_.targets.mean[0]
         map_nll = np.mean(0.5 * np.log(2 * np.pi * est.sigma_noise_**2)
                           + 0.5 * ((scale * yte - map_mean) / est.sigma_noise_) ** 2) - np.log(scale)

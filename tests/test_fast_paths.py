@@ -152,7 +152,7 @@ def test_with_prior_leaves_the_fitted_curvature_alone(structure):
     before = clf.predict_proba(X)
     other = clf.laplace_.evidence.posterior.with_prior(torch.tensor(100.0, dtype=torch.float64),
                                                torch.tensor(1.0, dtype=torch.float64))
-    Xt = clf._X_tensor(X)
+    Xt = torch.as_tensor(X, dtype=torch.float64)
     with torch.no_grad():
         _, cov_other = clf.laplace_.subset.moments(Xt, other)
         _, cov_fitted = clf.laplace_.subset.moments(Xt, clf.laplace_.posterior)

@@ -39,7 +39,7 @@ def test_variance_path_equals_the_posterior_at_each_prior(structure):
     est = LaplaceClassifier(hessian_structure=structure, subset_of_weights="all",
                             hyperparameter_tuning=None, lowrank_rank=5, **FAST).fit(X, y)
     post = est.laplace_.evidence.posterior
-    _, J = est.laplace_.subset.jacobians(est._X_tensor(X[:7]))
+    _, J = est.laplace_.subset.jacobians(torch.as_tensor(X[:7], dtype=torch.float64))
     path = variance_path(post, J)
     for delta, s in [(0.3, 1.0), (5.0, 2.0)]:
         got = path(delta, s)
