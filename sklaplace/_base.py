@@ -83,13 +83,8 @@ class BaseLaplace(BaseEstimator):
         train_seed, prediction_seed = (int(v) for v in rng.randint(0, 2**31 - 1, size=2))
         net, frozen, likelihood = prepare_net(s, X.shape[1], n_outputs)
         tuning_ = self._resolve_tuning(len(X), frozen, task)
-        likelihood = likelihood or likelihood_default
-        if likelihood not in self._likelihood_kinds:
-            raise ValueError(
-                f"The net's criterion gives a {likelihood} likelihood, which "
-                f"{type(self).__name__} does not support."
-            )
-        likelihood = likelihoods.get(likelihood)
+        # (check_params refused a net whose likelihood the estimator does not support)
+        likelihood = likelihoods.get(likelihood or likelihood_default)
         check_outputs = functools.partial(self._check_outputs, likelihood, n_outputs)
         hyper0 = Hyperparameters.of(self.prior_precision, self._initial_sigma())
         if frozen is not None:
@@ -209,9 +204,9 @@ class BaseLaplace(BaseEstimator):
                 "estimator, or a held-out scorer such as 'neg_mean_squared_error'.")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            prior, _ = tuning.by_evidence(fitted.evidence, fitted.subset, self.prior_structure,
-                                          self.prior_precision, None, None)
-        return self._log_evidence(prior, None)
+            hyper = tuning.by_evidence(fitted.evidence, fitted.subset, self.prior_structure,
+                                       self.prior_precision, None, None)
+        return self._log_evidence(hyper.prior_precision, None)
 
     def _log_evidence(self, prior_precision, sigma):
         check_is_fitted(self)

@@ -122,6 +122,10 @@ def gp_curvature(s, subset, likelihood, X, y, out_scale, weight, seed):
                              s.curvature, weight=scaled)
 
 
+def _values(hyper):
+    return hyper.prior_precision, hyper.sigma
+
+
 def _build_posterior(structure, subset, likelihood, X, y, curvature, rank, out_scale,
                      weight=None):
     return compute_posterior(structure, subset, likelihood, X, y, out_scale, curvature, rank,
@@ -197,20 +201,19 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
                                   s.prior_precision, sigma, y_model, sample_weight)
 
     report = {}
-    prior, sigma = s.prior_precision, sigma_init
+    hyper = hyper0  # the tuners below each return a Hyperparameters
     tuning_start = time.perf_counter()
     if chosen is not None:
-        prior, sigma = chosen.prior_precision, chosen.sigma
+        hyper = chosen
     elif validation is not None:
-        prior, sigma, report["validation_nll"] = _tune_on_held_out(
+        hyper, report["validation_nll"] = _tune_on_held_out(
             s, likelihood, evidence, subset, structure, Xt, yt, wt, out_scale, n_out,
             validation, y_model, sample_weight, prediction_seed, scorers, sigma_init)
-        sigma = sigma_init if sigma is None else sigma
     elif tuning == "evidence":
-        prior, sigma = by_evidence(sigma_init)
+        hyper = by_evidence(sigma_init)
     elif tuning == "online":
         callback = online_callback(net)
-        prior, sigma, report["evidence_history"] = online_result(s, callback, targets, n_rows)
+        hyper, report["evidence_history"] = online_result(s, callback, targets, n_rows)
         if not report["evidence_history"]:
             warnings.warn(
                 "hyperparameter_tuning='online' made no update: training ran "
@@ -220,15 +223,14 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
                 "or lower online_frequency / online_burn_in.",
                 UserWarning,
             )
-            prior, sigma = by_evidence(sigma_init)
+            hyper = by_evidence(sigma_init)
         elif (kind, structure) != ("all", callback.hessian_structure):
             # The LA that predicts is not the one the updates tuned (a net not made of
             # nn.Linear layers beyond the full budget: the last layer, full): δ (and σ)
             # re-tuned on its evidence. On two BatchNorm regressors this gave test NLL
             # 5.44 / 1.48 against 5.47 / 1.52 with the online δ and 5.53 / 1.58 for the
             # diagonal LA over all weights the updates used (3 splits each).
-            prior, sigma = by_evidence(sigma)
-    hyper = Hyperparameters.of(prior, sigma)
+            hyper = by_evidence(hyper.sigma)
     if chosen is None and tuning is not None:
         how = "held-out NLL" if validation is not None else tuning
         s.log(f"tuning ({how}) in {time.perf_counter() - tuning_start:.2f} s")
@@ -250,7 +252,8 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
                 hyper.prior_precision, hyper.sigma, vector_sigma, evidence.rebuild,
                 scale_of=lambda sg: float(hyper.scale(likelihood.has_noise, s.curvature,
                                                       s.temperature, sg)),
-                tune=(lambda ev, sg: by_evidence(sg, on=ev)) if tuning == "evidence" else None,
+                tune=(lambda ev, sg: _values(by_evidence(sg, on=ev))) if tuning == "evidence"
+                else None,
                 temperature=s.temperature, seed=prediction_seed, log=s.log)
         hyper = Hyperparameters.of(prior, sigma)
         report.update(refine_objective_init=info["objective_init"],
@@ -267,14 +270,10 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
 
 def _tune_on_held_out(s, likelihood, evidence, subset, structure, X, y, weight, out_scale,
                       n_out, validation, y_model, w_fit, seed, scorers, sigma_init):
-    """(δ, σ or None, held-out NLL) of ``"cv"``'s choice pass: the refined predictive's
+    """(Hyperparameters, held-out NLL) of ``"cv"``'s choice pass: the refined predictive's
     with ``refine``; else the predictive that will be used (the GP's with
     ``pred_type="gp"``)."""
-    X_val, y_val, w_val = validation
-    if likelihood.has_noise and sigma_init.dim() > 0:
-        raise ValueError(
-            "hyperparameter_tuning='cv' tunes one sigma_noise for all outputs; give a "
-            "scalar sigma_noise.")
+    X_val, y_val, w_val = validation  # (one σ: check_params refused a vector sigma_noise)
     Xv = torch.as_tensor(np.ascontiguousarray(X_val), dtype=torch.float64, device=X.device)
     yv = torch.as_tensor(np.ascontiguousarray(y_val), device=X.device)
     sampled = s.pred_type == "nn"
@@ -288,11 +287,12 @@ def _tune_on_held_out(s, likelihood, evidence, subset, structure, X, y, weight, 
                 out_scale, n_out, random_state=seed)
             return refined, posterior
 
-        return tuners.by_held_out_refined(refine_at, subset, Xv, yv, w_val, sampled=sampled,
+        return tuners.by_held_out_refined(refine_at, subset, Xv, yv, w_val, sigma_init,
+                                      sampled=sampled,
                                           n_samples=s.n_samples, seed=seed, scorers=scorers,
                                           log=s.log if s.verbose else None)
     scored = (gp_curvature(s, subset, likelihood, X, y, out_scale, weight, seed)
               if s.pred_type == "gp" else evidence.posterior)
-    return tuners.by_held_out(evidence, scored, subset, Xv, yv, w_val, y_model, w_fit,
+    return tuners.by_held_out(evidence, scored, subset, Xv, yv, w_val, y_model, w_fit, sigma_init,
                               sampled=sampled, n_samples=s.n_samples, seed=seed,
                               scorers=scorers)

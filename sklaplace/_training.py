@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_memory
 from . import _policy as policy
 from ._laplace import nets, progress
 from ._laplace.convergence import training_curve
-from ._laplace.hyperparameters import weighted_spread
+from ._laplace.hyperparameters import Hyperparameters, weighted_spread
 from ._laplace.online import OnlineEvidence
 from ._laplace.prior import tensor_sizes
 from ._laplace.subsets import AllWeights, _to_module
@@ -168,8 +168,8 @@ def online_callback(net):
 
 
 def online_result(s, callback, targets, n_rows):
-    """(whole-net prior, σ tensor, history) of the online updates: the values training
-    ended with, and each update in the units of y."""
+    """(Hyperparameters, history) of the online updates: the values training ended with
+    (the callback reports them), and each update in the units of y."""
     offset = 0.0 if targets is None else targets.evidence_offset(n_rows)
     history = [
         {**h, "log_evidence": h["log_evidence"] + offset,
@@ -185,4 +185,4 @@ def online_result(s, callback, targets, n_rows):
         prior = best[0]["prior_precision"]
     else:
         prior = delta.numpy()
-    return prior, callback.sigma_noise_, history
+    return Hyperparameters.of(prior, callback.sigma_noise_), history

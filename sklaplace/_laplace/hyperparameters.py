@@ -53,8 +53,10 @@ class Hyperparameters:
     sigma: torch.Tensor
 
     @classmethod
-    def of(cls, prior_precision, sigma):
-        """From a whole-net prior (any array-like) and σ (a number, array or tensor)."""
+    def of(cls, prior_precision, sigma=None):
+        """From a whole-net prior (any array-like) and σ (a number, array or tensor;
+        None: 1, a classifier's)."""
+        sigma = 1.0 if sigma is None else sigma
         return cls(whole_net(prior_precision),
                    torch.as_tensor(np.asarray(sigma, dtype=float) if not torch.is_tensor(sigma)
                                    else sigma, dtype=torch.float64))

@@ -1,7 +1,7 @@
 """The tuners of δ (and σ) after the curvature: the evidence, and held-out NLL.
 
-Each returns a whole-net prior and a model-units σ (a
-:class:`~.hyperparameters.Hyperparameters`'s values), never writes elsewhere:
+Each returns a :class:`~.hyperparameters.Hyperparameters` (whole-net δ, model-units σ)
+and writes nowhere:
 
 - :func:`by_evidence`: bounded maximisation of the Laplace log evidence over the
   free values of ``prior_structure`` (:class:`~.prior.PriorGroups`), σ bounded by
@@ -27,14 +27,14 @@ from .evidence import maximize_evidence
 from .fitted import generator
 from .holdout import (LOG10_PRIOR_GRID, grid_variances, one_standard_error_choice,
                       variance_path, warn_at_grid_bound)
-from .hyperparameters import weighted_spread
+from .hyperparameters import Hyperparameters, weighted_spread
 from .prior import PriorGroups, subset_prior
 
 
 def by_evidence(evidence, subset, prior_structure, prior_precision, sigma, y_model,
                 sample_weight=None):
-    """Bounded maximisation of the evidence from ``prior_precision`` (whole net) and σ;
-    (whole-net prior, σ tensor)."""
+    """Bounded maximisation of the evidence from ``prior_precision`` (whole net) and σ
+    (a tensor, or None for a classifier): the :class:`Hyperparameters` at the optimum."""
     groups = PriorGroups(prior_structure, subset)
     log0 = groups.log_start(subset_prior(prior_precision, subset)).numpy()
     log_sigma0 = floor = ceiling = None
@@ -53,7 +53,7 @@ def by_evidence(evidence, subset, prior_structure, prior_precision, sigma, y_mod
                                              sigma_ceiling=ceiling)
     if evidence.gaussian:
         sigma = torch.as_tensor(np.exp(log_sigma), dtype=torch.float64)
-    return groups.to_whole(np.exp(log_delta), prior_precision), sigma
+    return Hyperparameters.of(groups.to_whole(np.exp(log_delta), prior_precision), sigma)
 
 
 def _at_prior(posterior, delta, s):
@@ -101,11 +101,11 @@ def _held_out_gaussian(moments, y, floor, weight=None):
     return losses(result.x), float(np.exp(result.x))
 
 
-def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, *, sampled,
-                n_samples, seed, scorers=None):
+def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, sigma, *,
+                sampled, n_samples, seed, scorers=None):
     """Scalar δ (and σ) by held-out NLL over the grid (one-SE rule, broad side) of the
-    predictive of ``posterior`` (its curvature, without prior); (δ, σ tensor or None,
-    the chosen held-out NLL).
+    predictive of ``posterior`` (its curvature, without prior); (Hyperparameters, the
+    chosen held-out NLL). ``sigma``: the classifier's σ (kept).
 
     ``sampled`` (``pred_type="nn"``) scores the sampled net over the whole decades of
     the grid, the same draws z for every δ (common random numbers). With row weights
@@ -128,7 +128,7 @@ def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, *, s
             losses = np.array(losses)
             chosen = one_standard_error_choice(losses, w_val)
             warn_at_grid_bound(chosen, deltas)
-            return (float(deltas[chosen]), None,
+            return (Hyperparameters.of(float(deltas[chosen]), sigma),
                     float(np.average(losses[chosen], weights=w_val)))
         # Gaussian: Σ(δ, σ) = c·(H + ρI)⁻¹ with c = 1/s(σ) and ρ = c·δ, so one
         # variance (one set of draws ε₁ ~ N(0, (H + ρI)⁻¹)) per ρ serves every σ,
@@ -156,15 +156,16 @@ def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, *, s
     warn_at_grid_bound(chosen, deltas, name="prior_precision / s(sigma_noise)")
     losses, sigma = fits[chosen]
     sigma_t = torch.tensor(sigma, dtype=torch.float64)
-    return (float(deltas[chosen] * evidence.scale(sigma_t)), sigma_t,
+    return (Hyperparameters.of(float(deltas[chosen] * evidence.scale(sigma_t)), sigma_t),
             float(np.average(losses, weights=w_cells)))
 
 
-def by_held_out_refined(refine_at, subset, Xv, yv, w_val, *, sampled, n_samples, seed,
-                        scorers, log=None):
+def by_held_out_refined(refine_at, subset, Xv, yv, w_val, sigma, *, sampled, n_samples,
+                        seed, scorers, log=None):
     """Scalar δ by the held-out NLL of the *refined* predictive (the sampled net's with
     ``sampled``; one-SE rule) over the whole decades of the grid, one refinement each:
-    ``refine_at(δ of the subset)`` gives (refined subset, posterior); (δ, None, NLL).
+    ``refine_at(δ of the subset)`` gives (refined subset, posterior); (Hyperparameters
+    with the classifier's ``sigma``, NLL).
     Scoring the unrefined predictive would pick the width of another posterior: with
     the MAP-ward one-SE rule often δ = 1e4, under which the refined mean shrinks
     towards θ = 0."""
@@ -189,4 +190,5 @@ def by_held_out_refined(refine_at, subset, Xv, yv, w_val, *, sampled, n_samples,
     warn_at_grid_bound(chosen, deltas)
     if log is not None:
         log(f"refined held-out NLL per decade of δ: {np.round(np.mean(losses, 1), 4)}")
-    return float(deltas[chosen]), None, float(np.average(losses[chosen], weights=w_val))
+    return (Hyperparameters.of(float(deltas[chosen]), sigma),
+            float(np.average(losses[chosen], weights=w_val)))
