@@ -200,7 +200,7 @@ class ClassifierPartialFit:
         its weights: only the curvature accumulates). Available over all weights
         with ``hessian_structure`` ``"auto"``, ``"full"``, ``"diag"`` or
         ``"kron"``, ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or
-        None, and no ``refine``. See ``sklaplace._laplace.continual``.
+        None, and no ``refine``. See the README's section on continual learning.
 
         Parameters
         ----------
@@ -275,7 +275,7 @@ class RegressorPartialFit:
         weights). Available over all weights with ``hessian_structure``
         ``"auto"``, ``"full"``, ``"diag"`` or ``"kron"``,
         ``hyperparameter_tuning`` ``"auto"``, ``"evidence"`` or None, one
-        ``sigma_noise`` and no ``refine``. See ``sklaplace._laplace.continual``.
+        ``sigma_noise`` and no ``refine``. See the README's section on continual learning.
 
         Parameters
         ----------

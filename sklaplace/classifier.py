@@ -147,8 +147,8 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     refine : {"laplace", "vi"} or None, default=None
         GLM posterior refinement (Immer et al. 2021, §3.2): inference in the
         linearized model f(x; θ*) + J(x)(θ − θ*), whose log joint is convex, on
-        the training Jacobians computed once and cached (refused above
-        ``sklaplace._laplace.refine.JACOBIAN_BUDGET`` bytes of N·C·P floats).
+        the training Jacobians computed once and cached (refused, with a
+        ``MemoryError``, above 2 GiB of N·C·P floats).
         ``"laplace"``: the GLM's mode by L-BFGS and the Laplace approximation
         there (its exact Hessian); ``"vi"``: Gaussian variational inference in
         the GLM by natural-gradient steps from the Laplace-GGN posterior. Full or
