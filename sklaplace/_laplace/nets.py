@@ -227,6 +227,32 @@ def module_device(module):
     return torch.device("cpu")
 
 
+class RowSlices:
+    """skorch's training iterator of the default MLP: contiguous row slices of the data.
+
+    The default MLP trains without shuffling, so its batches are the rows 0…B−1, B…2B−1,
+    … of every epoch: the same tensors as ``DataLoader``'s, which indexes each row of
+    skorch's ``Dataset`` and stacks them again (about a quarter of a small fit's
+    training time, 7 µs a row), and without its per-epoch draw from torch's global
+    generator (a worker seed no one uses here). ``shuffle=True`` is refused.
+    """
+
+    def __init__(self, dataset, batch_size=128, shuffle=False, **kwargs):
+        if shuffle:
+            raise ValueError("RowSlices yields the rows in order; use torch's DataLoader "
+                             "(iterator_train) to shuffle.")
+        self.X, self.y = dataset.X, dataset.y
+        self.batch_size = len(self.X) if batch_size in (None, -1) else int(batch_size)
+
+    def __len__(self):
+        return -(-len(self.X) // self.batch_size)
+
+    def __iter__(self):
+        for start in range(0, len(self.X), self.batch_size):
+            rows = slice(start, start + self.batch_size)
+            yield self.X[rows], self.y[rows]
+
+
 def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch_size, verbose=0,
                 device="cpu", solver="adam"):
     """The default MLP as an uninitialized skorch net.
@@ -255,6 +281,7 @@ def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch
         max_epochs=max_epochs,
         batch_size=batch_size,
         train_split=None,
+        iterator_train=RowSlices,
         verbose=int(verbose),
         device=device,
         **extra,
