@@ -82,21 +82,27 @@ def variance_path(posterior, J):
             return sum((Jr / (s * lam + delta)) @ Jr.transpose(1, 2) for Jr, lam in rotated)
 
         def many(deltas, s, chunk_bytes=2**23):
-            """``kron(δ, s)`` for every δ at once, (K, n, C, C): per row chunk the outer
-            products J_cp J_dp against the weights 1 / (sλ_p + δ_k) in one matrix product
-            (33 small products and as many copies of J: 3.1 s → 0.8 s on 270 digits rows,
-            P = 3,510, exact to 2e-15)."""
+            """``kron(δ, s)`` for every δ at once, (K, n, C, C): per row chunk the products
+            J_cp J_dp of the C(C+1)/2 pairs c ≤ d (the covariance is symmetric) against the
+            weights 1 / (sλ_p + δ_k) in one matrix product (33 small products and as many
+            copies of J: 3.1 s → 0.8 s on 270 digits rows, P = 3,510, exact to 2e-15; the
+            pairs alone instead of all C² entries: 0.65 → 0.36 s on 360 rows, P = 3,760)."""
             deltas = torch.as_tensor(deltas, dtype=J.dtype, device=J.device)
             n, C = J.shape[0], J.shape[1]
-            out = J.new_zeros((len(deltas), n, C, C))
+            first, second = torch.triu_indices(C, C, device=J.device)
+            pairs = J.new_zeros((n, len(first), len(deltas)))
             for Jr, lam in rotated:
                 weights = 1.0 / (s * lam[:, None] + deltas[None, :])  # (P_b, K)
-                # a few MiB of outer products at a time (cache-sized: fastest, measured)
-                rows = max(1, chunk_bytes // (C * C * Jr.shape[-1] * Jr.element_size()))
+                # a few MiB of products at a time (cache-sized: fastest, measured)
+                rows = max(1, chunk_bytes // (len(first) * Jr.shape[-1] * Jr.element_size()))
                 for start in range(0, n, rows):
                     block = Jr[start:start + rows]
-                    outer = block[:, :, None, :] * block[:, None, :, :]  # (r, C, C, P_b)
-                    out[:, start:start + rows] += (outer @ weights).permute(3, 0, 1, 2)
+                    products = block[:, first, :] * block[:, second, :]  # (r, pairs, P_b)
+                    pairs[start:start + rows] += products @ weights
+            out = J.new_empty((len(deltas), n, C, C))
+            values = pairs.permute(2, 0, 1)  # (K, n, pairs)
+            out[:, :, first, second] = values
+            out[:, :, second, first] = values
             return out
 
         kron.many = many
