@@ -271,3 +271,34 @@ def test_kron_variance_path_for_all_grid_values_at_once_equals_one_by_one():
         for d, cov in zip(deltas, together):
             torch.testing.assert_close(cov, path(d, 0.7), rtol=1e-12, atol=1e-14)
         torch.testing.assert_close(path.many(deltas, 0.7), together, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["binary", "multiclass", "regression"])
+def test_factored_held_out_grid_equals_the_jacobian_grid(kind):
+    """The per-layer factored variances of every δ (a Kronecker posterior over nn.Linear
+    layers) equal those through the dense Jacobians, bias blocks and one-logit nets too."""
+    from sklaplace._laplace.holdout import (factored_grid_variances, grid_variances,
+                                            held_out_variances, variance_path)
+
+    rng = np.random.RandomState(0)
+    X = rng.normal(size=(60, 4))
+    common = dict(hidden_layer_sizes=(5, 3), hessian_structure="kron",
+                  hyperparameter_tuning=None, max_epochs=5, random_state=0)
+    if kind == "regression":
+        est = LaplaceRegressor(**common).fit(X, np.c_[X[:, 0], X[:, 1] ** 2])
+    else:
+        labels = (X[:, 0] > 0).astype(int) + (kind == "multiclass") * (X[:, 1] > 0.5)
+        est = LaplaceClassifier(**common).fit(X, labels)
+    fitted = est.laplace_
+    posterior, Xv = fitted.evidence.posterior, torch.as_tensor(X[:17])
+    deltas = 10.0 ** LOG10_PRIOR_GRID[::3]
+    f, covs = held_out_variances(posterior, fitted.subset, Xv, deltas, 0.3)
+    f_ref, J = fitted.subset.jacobians(Xv)
+    reference = grid_variances(variance_path(posterior, J), deltas, 0.3, J)
+    torch.testing.assert_close(f, f_ref, rtol=0, atol=0)
+    for cov, ref in zip(covs, reference, strict=True):
+        torch.testing.assert_close(cov, ref, rtol=1e-12, atol=1e-15)
+    # one row per chunk: the same numbers
+    _, factors = fitted.subset.jacobian_factors(Xv)
+    chunked = factored_grid_variances(posterior, factors, deltas, 0.3, chunk_bytes=1)
+    torch.testing.assert_close(chunked, torch.stack(covs), rtol=1e-13, atol=1e-16)

@@ -8,7 +8,8 @@ and writes nowhere:
   the targets' spread;
 - :func:`by_held_out`: one scalar δ (and σ) by the held-out NLL of the predictive
   over the grid of :mod:`.holdout` (one-SE rule, broad side), the variances of every
-  δ from one set of Jacobians (:func:`~.holdout.grid_variances`);
+  δ at once (:func:`~.holdout.held_out_variances`: per-layer factors for a Kronecker
+  posterior over nn.Linear layers, else one set of Jacobians);
 - :func:`by_held_out_refined`: the same for the *refined* predictive, one refinement
   per decade of δ.
 
@@ -25,8 +26,8 @@ from scipy.optimize import minimize_scalar
 from . import progress
 from .evidence import maximize_evidence
 from .fitted import generator
-from .holdout import (LOG10_PRIOR_GRID, grid_variances, one_standard_error_choice,
-                      variance_path, warn_at_grid_bound)
+from .holdout import (LOG10_PRIOR_GRID, held_out_variances, one_standard_error_choice,
+                      warn_at_grid_bound)
 from .hyperparameters import Hyperparameters, weighted_spread
 from .prior import PriorGroups, subset_prior
 
@@ -113,9 +114,6 @@ def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, sigm
     weights (weighted means, Σ w rows)."""
     deltas = 10.0 ** (LOG10_PRIOR_GRID[::4] if sampled else LOG10_PRIOR_GRID)
     with torch.no_grad():
-        if not sampled:
-            f, J = subset.jacobians(Xv)
-            variance = variance_path(posterior, J)
         if not evidence.gaussian:
             nll, nll_of_samples = scorers
             scale = float(evidence.scale(None))
@@ -124,7 +122,8 @@ def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, sigm
                                                        Xv, n_samples, seed), yv)
                           for d in deltas]
             else:
-                losses = [nll(f, cov, yv) for cov in grid_variances(variance, deltas, scale, J)]
+                f, covs = held_out_variances(posterior, subset, Xv, deltas, scale)
+                losses = [nll(f, cov, yv) for cov in covs]
             losses = np.array(losses)
             chosen = one_standard_error_choice(losses, w_val)
             warn_at_grid_bound(chosen, deltas)
@@ -141,7 +140,9 @@ def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, sigm
             return 1.0 / float(evidence.scale(torch.tensor(sigma, dtype=torch.float64)))
 
         fits = []
-        covs = None if sampled else iter(grid_variances(variance, deltas, 1.0, J))
+        if not sampled:
+            f, covs = held_out_variances(posterior, subset, Xv, deltas, 1.0)
+            covs = iter(covs)
         for rho in deltas:
             if sampled:
                 eps = _at_prior(posterior, rho, 1.0).sample(n_samples, generator(seed))
