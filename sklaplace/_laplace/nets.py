@@ -282,6 +282,9 @@ def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch
         batch_size=batch_size,
         train_split=None,
         iterator_train=RowSlices,
+        # skorch's PrintLog formats its epoch table even when it prints nothing (about
+        # a tenth of a small fit's training): kept only where it is shown (verbose ≥ 1)
+        **({} if verbose else {"callbacks__print_log": None}),
         verbose=int(verbose),
         device=device,
         **extra,
