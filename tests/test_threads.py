@@ -216,8 +216,11 @@ def test_small_nets_fit_and_predict_with_one_torch_thread(iris, monkeypatch):
     def fit_and_predict():
         est = _recording_estimator(seen).fit(*iris)
         in_predict = []
-        real = est._X_tensor
-        est._X_tensor = lambda X: (in_predict.append(torch.get_num_threads()), real(X))[1]
+        from sklaplace import _base  # the shell validates X where prediction starts
+
+        real = _base.validate_predict_X
+        monkeypatch.setattr(_base, "validate_predict_X", lambda e, X: (
+            in_predict.append(torch.get_num_threads()), real(e, X))[1])
         est.predict_proba(iris[0])
         return in_predict
 
