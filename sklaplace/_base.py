@@ -14,6 +14,7 @@ parameter tensor, or one per parameter (:mod:`._laplace.hyperparameters`).
 """
 
 import copy
+import dataclasses
 import functools
 import warnings
 
@@ -121,8 +122,9 @@ class BaseLaplace(BaseEstimator):
                                       what=f"MAP training on all {len(X)} rows")
         fitted = laplace(net_, X=X, y_model=y_model, sample_weight=sample_weight, chosen=chosen,
                          task=task)
-        if chosen is not None:
-            fitted.report["validation_nll"] = first.report["validation_nll"]
+        if chosen is not None:  # the held-out NLL of the choice, on the refit's object
+            fitted = dataclasses.replace(fitted, report={
+                **fitted.report, "validation_nll": first.report["validation_nll"]})
         return self._store(net_, n_iter, curve, fitted)
 
     def _resolve_tuning(self, n_rows, frozen, task):
