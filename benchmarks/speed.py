@@ -626,6 +626,9 @@ def add_arguments(parser):
                         help="scale section: indices into scale.CONFIGS (default: all)")
     parser.add_argument("--no-peer", action="store_true",
                         help="scale section: skip laplace-torch")
+    parser.add_argument("--sklearn-sets", nargs="+", default=None,
+                        help="sklearn section: data sets (default: the five bundled with "
+                             "scikit-learn; 'all': every scoreboard set)")
     parser.add_argument("--out", default=None, help="write the markdown report here")
 
 
@@ -644,10 +647,11 @@ def _threads_section(repeats, out):
     section_threads(repeats, out)
 
 
-def _sklearn_section(repeats, out):
-    from .vs_sklearn import section_sklearn
+def _sklearn_section(repeats, out, sets=None):
+    from .defaults import DATASETS
+    from .vs_sklearn import SETS, section_sklearn
 
-    section_sklearn(repeats, out)
+    section_sklearn(repeats, out, SETS if not sets else DATASETS if sets == ["all"] else sets)
 
 
 def main(args):
@@ -668,7 +672,7 @@ def main(args):
         "scale": lambda: _scale_sections(args, missing, out),
         "backends": lambda: section_backends(args.repeats, out),
         "threads": lambda: _threads_section(args.repeats, out),
-        "sklearn": lambda: _sklearn_section(args.repeats, out),
+        "sklearn": lambda: _sklearn_section(args.repeats, out, args.sklearn_sets),
     }
     failed = False
     for name in args.sections:

@@ -4,8 +4,11 @@ Issue #33's comparison as a user makes it: each timing is a fresh Python process
 threads a user has (no pinning), timing ``fit`` alone (imports and data loading excluded,
 after one tiny warm-up fit of the same estimator in that process), the default
 ``LaplaceClassifier()`` / ``LaplaceRegressor()`` against ``MLPClassifier(max_iter=1000)`` /
-``MLPRegressor(max_iter=1000)`` on the same standardized 75 % of the rows of every bundled
-scoreboard set, idle and beside one CPU-bound process. Cells: median over ``repeats``.
+``MLPRegressor(max_iter=1000)`` in the scoreboard's pipeline (``benchmarks.defaults``: the
+ColumnTransformer standardizing the features, raw targets, sets above 2,000 rows cut to a
+seeded subset) on the same 75 % of the rows, idle and beside one CPU-bound process; the five
+sets bundled with scikit-learn by default, every scoreboard set with ``--sklearn-sets all``.
+Cells: median over ``repeats``.
 """
 
 import json
@@ -15,31 +18,33 @@ import sys
 
 from .threads import _neighbour
 
-SETS = ("breast_cancer", "wine", "iris", "digits", "diabetes")
+SETS = ("breast_cancer", "wine", "iris", "digits", "diabetes")  # bundled with scikit-learn
 
 _CHILD = r"""
 import json, sys, time, warnings
 import numpy as np
-from sklearn import datasets
 from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
+from benchmarks import defaults as d
 name, which = sys.argv[1], sys.argv[2]
-X, y = getattr(datasets, "load_" + name)(return_X_y=True)
+X, y = d.load_dataset(name)
+X, y = d.subsample(X, y, d.MAX_ROWS, d.name_seed(name))
 X, _, y, _ = train_test_split(X, y, test_size=0.25, random_state=0)
-X = StandardScaler().fit_transform(X)
-regression = name == "diabetes"
+regression = d.task_of(name) == "regression"
 if which == "LA":
     from sklaplace import LaplaceClassifier, LaplaceRegressor
     make = (lambda: LaplaceRegressor(random_state=0)) if regression else (
         lambda: LaplaceClassifier(random_state=0))
+    tiny = {"max_epochs": 2}
 else:
     from sklearn.neural_network import MLPClassifier, MLPRegressor
     make = (lambda: MLPRegressor(max_iter=1000, random_state=0)) if regression else (
         lambda: MLPClassifier(max_iter=1000, random_state=0))
+    tiny = {"max_iter": 2}
 warnings.simplefilter("ignore")
-make().set_params(**({"max_epochs": 2} if which == "LA" else {"max_iter": 2})).fit(X[:40], y[:40])
+d.make_pipeline(make().set_params(**tiny)).fit(X[:40], y[:40])
+pipe = d.make_pipeline(make())
 t = time.perf_counter()
-est = make().fit(X, y)
+pipe.fit(X, y)
 print(json.dumps({"seconds": time.perf_counter() - t}))
 """
 

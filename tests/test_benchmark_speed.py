@@ -62,3 +62,12 @@ def test_threads_section_times_both_settings():
     assert len(rows) == len(ratios) == 2
     assert all(np.isfinite(r) and r > 0 for r in ratios.values())
     assert len(SETTINGS) == 2 and "| default threads | policy |" in "\n".join(out)
+
+
+def test_sklearn_section_times_a_scoreboard_set_in_fresh_processes():
+    """The child process fits the scoreboard's pipeline (bundled or offline UCI sets)."""
+    from benchmarks.vs_sklearn import _time
+
+    for which in ("LA", "MLP"):
+        seconds = _time("iris", which, 1, busy=False)
+        assert 0 < seconds < 60
