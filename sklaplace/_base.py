@@ -277,4 +277,10 @@ class BaseLaplace(BaseEstimator):
         return workflow.pack_state(super().__getstate__(), self.get_params(deep=False))
 
     def __setstate__(self, state):
-        super().__setstate__(workflow.unpack_state(state, type(self).__name__))
+        state = workflow.unpack_state(state, type(self).__name__)
+        if "_posterior" in state and "laplace_" not in state:
+            raise ValueError(
+                f"This {type(self).__name__} was pickled by an earlier sklaplace, whose "
+                "fitted state had another layout (before the fitted Laplace approximation "
+                "became one object, laplace_); refit it with this version.")
+        super().__setstate__(state)

@@ -131,3 +131,23 @@ def test_regressor_round_trip(subset, structure, tmp_path):
 ], ids=["clf-nn", "clf-mc-layerwise", "clf-binary-online", "reg-nn-normalize", "reg-2-outputs"])
 def test_variants_round_trip(est, X, y, tmp_path):
     _check_round_trip(est.fit(X, y), X, tmp_path)
+
+
+def test_a_pickle_of_the_earlier_fitted_layout_is_refused_clearly():
+    """Fits pickled before ``laplace_`` held the fitted state fail loudly, not later."""
+    import pickle
+
+    import numpy as np
+
+    from sklaplace import LaplaceClassifier
+
+    rng = np.random.RandomState(0)
+    X, y = rng.normal(size=(30, 3)), np.arange(30) % 2
+    est = LaplaceClassifier(hidden_layer_sizes=(3,), max_epochs=2, random_state=0).fit(X, y)
+    state = dict(est.__dict__)
+    state.pop("laplace_")
+    state["_posterior"] = None  # what an earlier version stored
+    old = LaplaceClassifier.__new__(LaplaceClassifier)
+    with pytest.raises(ValueError, match="pickled by an earlier sklaplace"):
+        old.__setstate__(state)
+    assert pickle.loads(pickle.dumps(est)).predict_proba(X).shape == (30, 2)
