@@ -265,7 +265,7 @@ class BaseLaplace(BaseEstimator):
         check_positive("n_samples", n_samples, integer=True)
         Xt = self._X_tensor(X)
         seed = check_seed("random_state", random_state).randint(0, 2**31 - 1)
-        return self.laplace_.function_samples(Xt, n_samples, seed)
+        return self.laplace_.function_samples(Xt, n_samples, seed, self.pred_type == "nn")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

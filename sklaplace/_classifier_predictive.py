@@ -145,7 +145,8 @@ class ClassifierPredictive:
             C = fitted.n_outputs
             return fitted.per_chunk(Xt, link.proba_by_rows, 8 * C * C)
         link_bytes = link.row_bytes(fitted.n_outputs, self.n_samples)
-        return fitted.nn_per_chunk(Xt, lambda s: link.sampled_dist(s).proba(), link_bytes)
+        return fitted.nn_per_chunk(Xt, lambda s: link.sampled_dist(s).proba(), self.n_samples,
+                                   link_bytes)
 
     @torch_entry_point
     def predict_log_proba(self, X):

@@ -261,8 +261,8 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
     return FittedLaplace(
         likelihood=likelihood, subset=pred_subset, posterior=posterior, evidence=evidence,
         hyper=hyper, kind=kind, structure=structure, tuning=tuning, n_outputs=n_out,
-        curvature=s.curvature, temperature=s.temperature, pred_type=s.pred_type,
-        n_samples=s.n_samples, prediction_seed=prediction_seed, targets=targets,
+        curvature=s.curvature, temperature=s.temperature, prediction_seed=prediction_seed,
+        targets=targets,
         refined=s.refine is not None and validation is None, report=report,
         task_rows=None if task is None else task.n_previous + n_rows,
         n_tasks=0 if task is None else task.n_tasks + 1)

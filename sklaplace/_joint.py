@@ -23,7 +23,8 @@ def joint_moments(estimator, X):
                  "outputs", budget, "return_std=True, or fewer rows per call")
     with torch.no_grad():
         if estimator.pred_type == "nn":
-            samples = fitted.nn_samples(Xt, fitted.n_samples, generator(fitted.prediction_seed))
+            samples = fitted.nn_samples(Xt, estimator.n_samples,
+                                        generator(fitted.prediction_seed))
             mean = samples.mean(0)
             centred = (samples - mean).reshape(len(samples), n * C)
             cov = centred.T @ centred / max(1, len(samples) - 1)

@@ -64,7 +64,8 @@ class RegressorPredictive:
         if self.pred_type == "nn":  # per row chunk: no (S, n, C) outputs for all rows
             correction = int(self.n_samples > 1)
             mean, var = fitted.nn_per_chunk(
-                Xt, lambda samples: (samples.mean(0), samples.var(0, correction=correction)))
+                Xt, lambda samples: (samples.mean(0), samples.var(0, correction=correction)),
+                self.n_samples)
         else:  # per row chunk: no (n, C, C) covariance for all rows
             mean, var = fitted.per_chunk(Xt, lambda f, cov: (
                 f, torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0)))

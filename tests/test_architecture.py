@@ -180,3 +180,20 @@ def test_public_estimator_methods_do_not_reach_into_the_core_privately():
     for module in (sklaplace.classifier, sklaplace.regressor, sklaplace._base):
         source = inspect.getsource(module)
         assert "laplace_._" not in source
+
+
+@pytest.mark.parametrize("Estimator", [LaplaceClassifier, LaplaceRegressor])
+def test_prediction_parameters_are_read_when_predicting(Estimator):
+    """``pred_type`` (glm ↔ nn) and ``n_samples`` set after fit act on the next prediction,
+    as a fit with them would (they are the estimator's, not the fitted object's)."""
+    X, y = _data(60)
+    target = y if Estimator is LaplaceClassifier else X[:, 0]
+    common = dict(hidden_layer_sizes=(4,), max_epochs=5, hyperparameter_tuning="evidence",
+                  random_state=0)
+    switched = Estimator(**common).fit(X, target).set_params(pred_type="nn", n_samples=7)
+    direct = Estimator(**common, pred_type="nn", n_samples=7).fit(X, target)
+    predict = ((lambda e: e.predict_proba(X)) if Estimator is LaplaceClassifier
+               else (lambda e: e.predict(X, return_std=True)[1]))
+    np.testing.assert_array_equal(predict(switched), predict(direct))
+    np.testing.assert_array_equal(switched.sample_functions(X[:3], 2, 0),
+                                  direct.sample_functions(X[:3], 2, 0))

@@ -89,8 +89,6 @@ class FittedLaplace:
     n_outputs: int
     curvature: str
     temperature: float
-    pred_type: str
-    n_samples: int
     prediction_seed: int
     targets: object = None
     refined: bool = False
@@ -157,19 +155,19 @@ class FittedLaplace:
         return out
 
     # ------------------------------------------------------------ sampled predictive
-    def nn_per_chunk(self, X, fn, extra_row_bytes=0):
+    def nn_per_chunk(self, X, fn, n_samples, extra_row_bytes=0):
         """``fn(samples)`` of the network outputs (S, rows, C) at ``n_samples`` weight
         samples, per row chunk, concatenated by rows; the weight samples are drawn once
         (the prediction seed), so the result does not depend on the chunks."""
         with torch.no_grad():
-            eps = self.posterior.sample(self.n_samples, generator(self.prediction_seed))
+            eps = self.posterior.sample(n_samples, generator(self.prediction_seed))
         # per row: the outputs at every sample and what fn makes of them (the network's
         # activations exist for one sample at a time)
-        per_row = 8 * self.n_samples * self.n_outputs + extra_row_bytes
+        per_row = 8 * n_samples * self.n_outputs + extra_row_bytes
         size, n, out = max(1, self.chunk_bytes() // per_row), len(X), None
         for start in range(0, n, size):
             rows = slice(start, min(start + size, n))
-            out = fill_rows(out, fn(self.nn_samples(X[rows], self.n_samples, None, eps)),
+            out = fill_rows(out, fn(self.nn_samples(X[rows], n_samples, None, eps)),
                             rows, n)
         return out
 
@@ -181,10 +179,11 @@ class FittedLaplace:
                 eps = self.posterior.sample(n_samples, gen)
             return torch.stack([self.subset.forward(X, self.subset.theta + e) for e in eps])
 
-    def function_samples(self, X, n_samples, seed):
-        """Functions from the posterior: GLM f + J(θ − θ*), or the net at θ (S, n, C)."""
+    def function_samples(self, X, n_samples, seed, sampled_net=False):
+        """Functions from the posterior: GLM f + J(θ − θ*), or the net at θ with
+        ``sampled_net`` (``pred_type="nn"``): (S, n, C)."""
         gen = generator(seed)
-        if self.pred_type == "nn":
+        if sampled_net:
             return self.nn_samples(X, n_samples, gen)
         with torch.no_grad():
             eps = self.posterior.sample(n_samples, gen)
