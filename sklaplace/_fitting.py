@@ -57,14 +57,12 @@ def subnetwork_indices(s, likelihood, module, X, y, out_scale, hyper, weight=Non
     return Subnetwork.indices_from_names(module, list(spec))
 
 
-def resolve_subset(s, likelihood, module, net_module, X, y, out_scale, n_out, hyper,
+def resolve_subset(s, likelihood, module, net_module, X, y, out_scale, n_out, hyper, holds,
                    weight=None, task=None):
     """(subset, kind, structure) of the LA: ``partial_fit`` keeps all weights and the
     earlier tasks' structure; otherwise :func:`_policy.choose_subset` and
     :func:`_policy.finish_structure` (a last layer the LA cannot read: "auto" takes
-    all weights, diagonal)."""
-    holds = policy.kron_holds_prior(s.prior_structure, s.prior_precision,
-                                    tensor_sizes(net_module))
+    all weights, diagonal). ``holds``: whether Kronecker factors can hold the prior."""
     n_all = sum(tensor_sizes(module))
     fits = jacobian_bytes(X.shape[0], n_out, n_all) <= memory_budget(X.device)
     if task is not None:  # partial_fit: all weights
@@ -75,9 +73,7 @@ def resolve_subset(s, likelihood, module, net_module, X, y, out_scale, n_out, hy
             return subset, "all", s.hessian_structure
         structure = policy.all_weights_structure(all_linear(module, X), X.shape[0], n_out,
                                                  n_all, fits)
-        sizes = [int(np.prod(shape)) for shape in subset.shapes]
-        holds_subset = policy.kron_holds_prior(s.prior_structure, s.prior_precision, sizes)
-        return subset, "all", policy.kron_or_diag(structure, s.refine, holds_subset)
+        return subset, "all", policy.kron_or_diag(structure, s.refine, holds)
     kind, structure = policy.choose_subset(
         s.subset_of_weights, s.hessian_structure, X.shape[0], n_out, n_all,
         lambda: all_linear(module, X), fits)
@@ -159,10 +155,12 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
     vector_sigma = likelihood.has_noise and hyper0.vector_sigma
     out_scale = (1.0 / sigma_init if vector_sigma
                  else torch.ones(n_out, dtype=torch.float64)).to(device)
+    # one answer for the "auto" choice and the refusal of an explicit kron
+    holds = policy.kron_holds_prior(s.prior_structure, s.prior_precision,
+                                    tensor_sizes(net.module_))
     subset, kind, structure = resolve_subset(s, likelihood, module, net.module_, Xt, yt,
-                                             out_scale, n_out, hyper0, wt, task)
-    if structure == "kron" and not policy.kron_holds_prior(s.prior_structure, s.prior_precision,
-                                                           tensor_sizes(net.module_)):
+                                             out_scale, n_out, hyper0, holds, wt, task)
+    if structure == "kron" and not holds:
         raise ValueError(
             "hessian_structure='kron' needs one prior precision per weight or bias tensor: "
             "use prior_structure 'scalar' or 'layerwise' and a prior_precision that is a "
