@@ -9,6 +9,7 @@ earlier tasks' posterior as its prior and stores the new
 :class:`~._laplace.fitted.FittedLaplace` (:func:`fit_next_task`).
 """
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -172,6 +173,8 @@ def fit_next_task(estimator, X, y_model, sample_weight=None):
         check_outputs=functools.partial(estimator._check_outputs, fitted.likelihood,
                                         fitted.n_outputs),
         targets=fitted.targets, sample_weight=sample_weight, task=task)
+    if new.outside is not None and fitted.outside is not None:  # every task's range
+        new = dataclasses.replace(new, outside=new.outside.covering(fitted.outside))
     return estimator._store(net_, n_iter, curve, new)
 
 

@@ -31,6 +31,7 @@ from ._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobi
 from ._laplace.evidence import Evidence, curvature_scale
 from ._laplace.fitted import FittedLaplace
 from ._laplace.hyperparameters import Hyperparameters
+from ._laplace.outside import RangeKernel, choose_variance
 from ._laplace.prior import tensor_sizes
 from ._laplace.refine import refine_posterior
 from ._laplace.refined_evidence import refine_and_tune
@@ -256,6 +257,8 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
         hyper = Hyperparameters.of(prior, sigma)
         report.update(refine_objective_init=info["objective_init"],
                       refine_objective=info["objective"], refine_n_iter=info["n_iter"])
+    hyper, outside = _outside_variance(s, hyper, tuning, task, validation, pred_subset,
+                                       posterior, Xt, yt, wt, scorers)
     return FittedLaplace(
         likelihood=likelihood, subset=pred_subset, posterior=posterior, evidence=evidence,
         hyper=hyper, kind=kind, structure=structure, tuning=tuning, n_outputs=n_out,
@@ -263,7 +266,33 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
         targets=targets,
         refined=s.refine is not None and validation is None, report=report,
         task_rows=None if task is None else task.n_previous + n_rows,
-        n_tasks=0 if task is None else task.n_tasks + 1)
+        n_tasks=0 if task is None else task.n_tasks + 1, outside=outside)
+
+
+def _outside_variance(s, hyper, tuning, task, validation, subset, posterior, X, y, weight,
+                      scorers):
+    """(``hyper`` with σ² of the variance outside the training range, its kernel or None)
+    (:mod:`._laplace.outside`): ``extrapolation_variance`` as given, or with "auto" the
+    jackknife choice on the training rows where the fit tunes δ (the classifier's GLM
+    and GP predictives, unrefined; not on ``"cv"``'s held-out pass, not in
+    ``partial_fit``, whose tasks each see a part of the range); else 0."""
+    given = getattr(s, "extrapolation_variance", None)
+    kernel = None
+    if given != "auto":
+        variance = float(given or 0.0)
+    elif (validation is None and scorers is not None and s.pred_type != "nn"
+          and s.refine is None and tuning is not None and task is None):
+        keep = slice(None) if weight is None else weight > 0
+        kernel = RangeKernel.of(X, weight)
+        with torch.no_grad():
+            variance = choose_variance(
+                kernel, X[keep], y[keep], None if weight is None else weight[keep],
+                lambda rows: subset.moments(rows, posterior), scorers[0])
+    else:
+        variance = 0.0
+    kernel = None if variance == 0 else (kernel or RangeKernel.of(X, weight)).with_variance(
+        variance)
+    return hyper.with_outside_variance(variance), kernel
 
 
 def _tune_on_held_out(s, likelihood, evidence, subset, structure, X, y, weight, out_scale,

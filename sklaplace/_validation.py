@@ -8,9 +8,7 @@ the device, the net, combinations, ``partial_fit``'s), all checked, then one
 ``ValueError``; :func:`partial_fit_available`, where ``partial_fit`` exists. And the
 value and data checks the estimators share (``check_positive``, ``positive_array``,
 ``check_seed``, ``validate_numeric``, ``validate_predict_X``, ``check_fit_weight``,
-``without_zero_weights``). Rules that need the data or the trained net (the net's
-output width, a ``subnetwork`` count or a prior array against the net's size,
-``sigma_noise`` against y's outputs unless ``n_outputs`` is given) stay where those are.
+``without_zero_weights``). Rules that need the data or the trained net stay there.
 """
 
 import numbers
@@ -36,6 +34,7 @@ def _at_least(low):
 
 
 _POSITIVE = [Interval(Real, 0, None, closed="neither")]
+_NON_NEGATIVE = Interval(Real, 0, None, closed="left")
 
 #: scikit-learn's parameter validation (``_fit_context`` runs it on ``fit``); the
 #: cross-parameter rules and the array-valued parameters are in ``check_params``.
@@ -45,7 +44,7 @@ PARAMETER_CONSTRAINTS = {
     "max_epochs": _at_least(1),
     "lr": _POSITIVE,
     "batch_size": _at_least(1),
-    "tol": [Interval(Real, 0, None, closed="left"), None],
+    "tol": [_NON_NEGATIVE, None],
     "n_iter_no_change": _at_least(1),
     "solver": [StrOptions({"adam", "lbfgs"})],
     "prior_precision": "no_validation",  # a positive float or 1-D array: positive_array
@@ -76,6 +75,7 @@ CLASSIFIER_CONSTRAINTS = {
     **PARAMETER_CONSTRAINTS,
     "link_approx": [StrOptions(set(LINKS))],
     "class_weight": [dict, StrOptions({"balanced"}), None],
+    "extrapolation_variance": [StrOptions({"auto"}), _NON_NEGATIVE, None],
 }
 
 REGRESSOR_CONSTRAINTS = {
@@ -291,6 +291,9 @@ def _refine_problems(p, name, likelihood_kinds):
 
 def _combination_problems(p):
     problems = []
+    if isinstance(p.get("extrapolation_variance"), Real) and p["extrapolation_variance"] > 0 \
+            and _is(p["pred_type"], "nn"):  # (the term is not a weight)
+        problems.append("extrapolation_variance > 0 needs pred_type 'glm' or 'gp'.")
     if _is(p["subset_of_weights"], "subnetwork"):
         spec = p["subnetwork"]
         count = isinstance(spec, numbers.Integral) and not isinstance(spec, bool) and spec > 0

@@ -149,10 +149,10 @@ def test_evidence_scorer_scores_the_evidence_optimum_of_a_cv_fit():
 
 
 def test_default_classifier_on_digits_backs_off_within_the_bound():
-    # Issue #32's acceptance on digits (20 epochs): confidence on ×3 rows below the MAP's at
-    # an in-distribution cost within max(0.01, 3 %). Measured on this split: 0.981 vs 0.983
-    # (δ = 5.6e3: digits is where the frontier has no point that backs off by 0.02 at that
-    # cost, docs/benchmarks.md), NLL 0.0755 vs the MAP's 0.0785.
+    # Issue #32's acceptance on digits (20 epochs): confidence on ×3 rows at least 0.02 below
+    # the MAP's at an in-distribution cost within max(0.01, 3 %). δ alone could not (5.6e3
+    # here, confidence 0.981 vs 0.983): the variance outside the training range does.
+    # Measured on this split: confidence 0.633 vs 0.983 (σ² = 10), NLL 0.0826 vs 0.0785.
     from sklearn.datasets import load_digits
 
     X, y = load_digits(return_X_y=True)
@@ -165,4 +165,6 @@ def test_default_classifier_on_digits_backs_off_within_the_bound():
     assert est.hyperparameter_tuning_ == "cv"
     la, map_ = _nll(est.predict_proba(X_te), y_te), _nll(_map_proba(est, X_te), y_te)
     assert la <= map_ + max(0.01, 0.03 * map_)
-    assert est.predict_proba(3 * X_te).max(1).mean() < _map_proba(est, 3 * X_te).max(1).mean()
+    assert est.extrapolation_variance_ > 0
+    conf_la = est.predict_proba(3 * X_te).max(1).mean()
+    assert conf_la <= _map_proba(est, 3 * X_te).max(1).mean() - 0.02

@@ -95,6 +95,7 @@ class FittedLaplace:
     task_rows: object = None
     n_tasks: int = 0
     report: dict = field(default_factory=dict)
+    outside: object = None  # the variance outside the training range (outside.RangeKernel)
 
     # ------------------------------------------------------------ hyperparameters
     @property
@@ -141,7 +142,8 @@ class FittedLaplace:
         return self.per_chunk(X, lambda f, cov: (f, cov))
 
     def per_chunk(self, X, fn, extra_row_bytes=0):
-        """``fn(f, cov)`` of the GLM moments of each row chunk, concatenated by rows.
+        """``fn(f, cov)`` of the GLM moments of each row chunk, concatenated by rows
+        (``cov`` with the variance outside the training range, :mod:`.outside`).
 
         Jacobians, functional covariance and ``fn`` (a link, the variances) run on one
         chunk at a time: only ``fn``'s results (arrays, or tuples of them) exist for all
@@ -150,7 +152,10 @@ class FittedLaplace:
         out = None
         with torch.no_grad():
             for sl in self.row_chunks(len(X), True, extra_row_bytes):
-                part = fn(*self.subset.moments(X[sl], self.posterior))
+                f, cov = self.subset.moments(X[sl], self.posterior)
+                if self.outside is not None:
+                    cov = self.outside.add_to(X[sl], cov)
+                part = fn(f, cov)
                 out = fill_rows(out, part, sl, len(X))
         return out
 
@@ -180,8 +185,9 @@ class FittedLaplace:
             return torch.stack([self.subset.forward(X, self.subset.theta + e) for e in eps])
 
     def function_samples(self, X, n_samples, seed, sampled_net=False):
-        """Functions from the posterior: GLM f + J(θ − θ*), or the net at θ with
-        ``sampled_net`` (``pred_type="nn"``): (S, n, C)."""
+        """Functions from the posterior: GLM f + J(θ − θ*) (plus draws of the variance
+        outside the training range), or the net at θ with ``sampled_net``
+        (``pred_type="nn"``): (S, n, C)."""
         gen = generator(seed)
         if sampled_net:
             return self.nn_samples(X, n_samples, gen)
@@ -191,4 +197,7 @@ class FittedLaplace:
             for sl in self.row_chunks(len(X)):
                 f, J = self.subset.jacobians(X[sl])
                 out.append(f[None] + torch.einsum("ncp,sp->snc", J, eps))
-            return torch.cat(out, dim=1)
+            out = torch.cat(out, dim=1)
+            if self.outside is not None:  # its GP's draws, jointly over the rows
+                out = out + self.outside.sample(X, n_samples, out.shape[-1], gen).to(out)
+            return out

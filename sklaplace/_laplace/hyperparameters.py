@@ -47,10 +47,12 @@ def whole_net(prior):
 
 @dataclass(frozen=True)
 class Hyperparameters:
-    """δ (whole-net form) and σ (model units, a float64 tensor) of one fit."""
+    """δ (whole-net form), σ (model units, a float64 tensor) and the classifier's σ² of
+    the variance outside the training range (:mod:`.outside`; 0: none) of one fit."""
 
     prior_precision: object
     sigma: torch.Tensor
+    outside_variance: float = 0.0
 
     @classmethod
     def of(cls, prior_precision, sigma=None):
@@ -63,6 +65,9 @@ class Hyperparameters:
 
     def with_prior(self, prior_precision):
         return replace(self, prior_precision=whole_net(prior_precision))
+
+    def with_outside_variance(self, variance):
+        return replace(self, outside_variance=float(variance))
 
     def delta(self, subset):
         """δ of the Laplace weights of ``subset`` (0-d, or one per weight)."""

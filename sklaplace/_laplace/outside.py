@@ -1,0 +1,156 @@
+"""Variance outside the training inputs' range: infinitely many ReLU features beyond the data.
+
+A Gaussian posterior over a network's finitely many features lets its predictive
+variance grow at most quadratically away from the data while the MAP's logits grow
+linearly, so confidence far from the data stays high. Kristiadi, Hein & Hennig
+(NeurIPS 2021) add the prior of infinitely many ReLU features that training never
+touched: a Gaussian process whose kernel, in one input coordinate with features
+``max(0, x − c)`` at every location ``c`` of a half-line (and mirrored), is the
+cubic spline kernel
+
+    k₁(e, e') = m³/3 + |e − e'|·m²/2,  m = min(|e|, |e'|)  (same sign; else 0),
+
+so k₁(e, e) = |e|³/3, averaged over the coordinates. Here the features start at the
+edges of the training rows' range in each coordinate instead of at the origin (those
+inside the range are what the data and the net's own features account for), with
+``e`` the distance beyond the range in units of the coordinate's training standard
+deviation: the term is exactly 0 on the training range, so rows like the training
+rows pay nothing for it, and it grows cubically beyond. Every output gets the same
+independent GP: the logit (or regression output) covariance gains σ²·k(x, x)·I.
+
+σ² (``extrapolation_variance``) is unidentifiable from rows inside the range: the
+data speak to it only through rows that fall outside the range of the others.
+:func:`choose_variance` takes the largest value of :data:`VARIANCE_GRID` whose cost
+to such rows — each training row that extends the range, at its leave-one-out
+distance, a jackknife estimate of how often and how far new rows fall outside —
+stays within :data:`~.holdout.MAX_HELD_OUT_COST` nats per row of the best: the
+broadest predictive the data cannot reject, the rule δ's held-out choice follows.
+"""
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from .holdout import MAX_HELD_OUT_COST
+
+#: σ² searched by held-out NLL, broadest first; 0 (no added variance) last.
+VARIANCE_GRID = np.r_[10.0 ** np.linspace(3.0, -2.0, 21), 0.0]
+
+
+@dataclass(frozen=True)
+class RangeKernel:
+    """The cubic spline kernel of ReLU features beyond the training range (module doc).
+
+    ``low``/``high``: each input coordinate's training range; ``scale``: its training
+    standard deviation (1 where constant, as ``StandardScaler``); ``variance``: σ².
+    """
+
+    low: torch.Tensor
+    high: torch.Tensor
+    scale: torch.Tensor
+    variance: float = 0.0
+
+    @classmethod
+    def of(cls, X, weight=None, variance=0.0):
+        """The kernel of the training inputs ``X`` (n, d) (rows of zero ``weight`` left out)."""
+        X = X.reshape(len(X), -1)
+        if weight is not None:
+            keep = weight > 0
+            X, weight = X[keep], weight[keep]
+        w = torch.ones(len(X), dtype=X.dtype, device=X.device) if weight is None else weight
+        mean = (w @ X) / w.sum()
+        std = ((w @ (X - mean) ** 2) / w.sum()).sqrt()
+        tiny = 10 * torch.finfo(X.dtype).eps * mean.abs().clamp_min(1.0)
+        scale = torch.where(std > tiny, std, torch.ones_like(std))
+        return cls(X.min(0).values, X.max(0).values, scale, float(variance))
+
+    def with_variance(self, variance):
+        return replace(self, variance=float(variance))
+
+    def covering(self, other):
+        """The kernel whose range covers both ranges (``partial_fit``: every task's rows)."""
+        low = torch.minimum(self.low, other.low.to(self.low))
+        high = torch.maximum(self.high, other.high.to(self.high))
+        return replace(self, low=low, high=high)
+
+    def excess(self, X):
+        """Signed distance beyond the range in training-std units (n, d): > 0 above, < 0
+        below, 0 inside."""
+        X = X.reshape(len(X), -1).to(self.low)
+        return ((X - self.high).clamp_min(0) - (self.low - X).clamp_min(0)) / self.scale
+
+    def diag(self, X, variance=None):
+        """k(x, x) for each row of ``X``: σ²·mean over coordinates of |e|³/3 (n,)."""
+        variance = self.variance if variance is None else variance
+        return variance * self.excess(X).abs().pow(3).mean(1) / 3
+
+    def loo_diag(self, X, weight=None):
+        """k(x, x)/σ² of each training row at its leave-one-out distance: beyond the range
+        of the other rows (n,). Only a row that alone holds a coordinate's minimum or
+        maximum is outside (by its distance to the next value); with ``weight``, rows of
+        total weight above 1 at an extreme are several rows (integer weights count as
+        duplicated rows). Rows of zero weight must be left out by the caller."""
+        X = X.reshape(len(X), -1).to(self.low)
+        w = (torch.ones(len(X), dtype=X.dtype, device=X.device) if weight is None
+             else weight.to(X))[:, None]
+        excess = torch.zeros_like(X)
+        for sign in (1.0, -1.0):  # the maximum, then the minimum (of −X)
+            Z = sign * X
+            top = Z.max(0).values
+            at_top = Z == top
+            alone = (w * at_top).sum(0) <= 1
+            nxt = torch.where(at_top, torch.full_like(Z, -torch.inf), Z).max(0).values
+            excess += torch.where(at_top & alone & torch.isfinite(nxt), Z - nxt,
+                                  torch.zeros_like(Z))
+        return (excess / self.scale).pow(3).mean(1) / 3
+
+    def cross(self, X1, X2):
+        """k(x, x') (n1, n2): σ² times the mean over coordinates of k₁(e, e')."""
+        e1, e2 = self.excess(X1)[:, None, :], self.excess(X2)[None, :, :]
+        m = torch.minimum(e1.abs(), e2.abs()) * (e1 * e2 > 0)
+        return self.variance * (m**3 / 3 + (e1 - e2).abs() * m**2 / 2).mean(-1)
+
+    def add_to(self, X, cov):
+        """``cov`` (n, C, C) plus k(x, x)·I per row (a new tensor)."""
+        v = self.diag(X).to(cov)
+        return cov + v[:, None, None] * torch.eye(cov.shape[-1], dtype=cov.dtype,
+                                                   device=cov.device)
+
+    def sample(self, X, n_samples, n_outputs, generator):
+        """Draws (S, n, C) of the GP on the rows of ``X`` (jointly over rows; independent
+        outputs)."""
+        K = self.cross(X, X)
+        lam, Q = torch.linalg.eigh(K)
+        root = Q * lam.clamp_min(0).sqrt()
+        z = torch.randn((n_samples, len(X), n_outputs), generator=generator,
+                        dtype=K.dtype).to(K.device)
+        return torch.einsum("nk,skc->snc", root, z)
+
+
+def choose_variance(kernel, X, y, weight, moments, nll):
+    """σ² of ``kernel`` (fitted on the training rows ``X``): the largest of
+    :data:`VARIANCE_GRID` whose expected NLL cost per new row, estimated by the
+    jackknife, is within ``MAX_HELD_OUT_COST`` of the grid's best.
+
+    A new row from the training distribution lies outside the training range about as
+    often, and as far, as a training row lies outside the range of the others: each row
+    that extends the range is scored at its leave-one-out distance
+    (:meth:`RangeKernel.loo_diag`); the cost is the mean over all training rows
+    (weighted by ``weight``) of the NLL added at σ². ``moments(rows)`` gives the GLM
+    moments (f, cov) of those rows, ``nll(f, cov, y)`` the per-row NLL of the
+    predictive (the classifier's link). The training rows' own predictions are more
+    confident than a new row's, so the cost is if anything overstated.
+    """
+    unit = kernel.loo_diag(X, weight)
+    rows = torch.nonzero(unit > 0).flatten()
+    if len(rows) == 0:  # no row extends the range of the others: nothing rejects σ²
+        return float(VARIANCE_GRID[0])
+    w = np.ones(len(X)) if weight is None else weight.detach().cpu().numpy().astype(float)
+    f, cov = moments(X[rows])
+    unit = unit[rows].to(cov)
+    eye = torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
+    w_rows, total = w[rows.cpu().numpy()], w.sum()
+    means = np.array([w_rows @ nll(f, cov + v * unit[:, None, None] * eye, y[rows]) / total
+                      for v in VARIANCE_GRID])
+    return float(VARIANCE_GRID[np.flatnonzero(means <= means.min() + MAX_HELD_OUT_COST)[0]])
