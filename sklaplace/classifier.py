@@ -160,7 +160,9 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         others'; 0 with ``hyperparameter_tuning=None``, ``pred_type="nn"``,
         ``refine`` and in ``partial_fit``. A float: that σ² (in ``partial_fit``
         over the range of every task); 0 or None: none. It is not a weight, so
-        not part of ``posterior_`` nor of the sampled-net predictive.
+        not part of ``posterior_`` nor of the sampled-net predictive; the
+        Laplace bridge's mean does not react to a variance all logits share
+        (its effect is then in ``predict_dist`` only).
     temperature : float, default=1.0
         The log-likelihood is divided by T in the MAP objective, the curvature
         and the evidence.

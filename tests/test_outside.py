@@ -177,3 +177,18 @@ def test_partial_fit_covers_every_task_range():
     both = np.vstack([X[:100], X[100:] + 5.0])
     np.testing.assert_allclose(k.low.numpy(), both.min(0))
     np.testing.assert_allclose(k.high.numpy(), both.max(0))
+
+
+@pytest.mark.parametrize("link", ["probit", "mc"])
+def test_far_rows_get_finite_uniform_probabilities(iris_fits, link):
+    auto, _, _, X_te, _ = iris_fits
+    est = auto.set_params(link_approx=link, n_samples=200)
+    try:
+        for factor in (1e3, 1e200):
+            proba = est.predict_proba(factor * X_te[:4])
+            assert np.isfinite(proba).all()
+            assert np.isfinite(est.predict_dist(factor * X_te[:4]).logit_cov).all()
+            atol = 1e-3 if link == "probit" else 0.15
+            np.testing.assert_allclose(proba.max(1), 1 / 3, atol=atol)
+    finally:
+        est.set_params(link_approx="probit")

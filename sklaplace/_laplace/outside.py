@@ -34,7 +34,11 @@ import torch
 
 from .holdout import MAX_HELD_OUT_COST
 
-#: σ² searched by held-out NLL, broadest first; 0 (no added variance) last.
+#: Largest distance beyond the range counted (training standard deviations): far beyond
+#: any data, and its cube (times σ² ≤ 1e3) far below float64's overflow.
+MAX_EXCESS = 1e30
+
+#: σ² searched, broadest first; 0 (no added variance) last.
 VARIANCE_GRID = np.r_[10.0 ** np.linspace(3.0, -2.0, 21), 0.0]
 
 
@@ -78,7 +82,9 @@ class RangeKernel:
         """Signed distance beyond the range in training-std units (n, d): > 0 above, < 0
         below, 0 inside."""
         X = X.reshape(len(X), -1).to(self.low)
-        return ((X - self.high).clamp_min(0) - (self.low - X).clamp_min(0)) / self.scale
+        e = ((X - self.high).clamp_min(0) - (self.low - X).clamp_min(0)) / self.scale
+        # at most MAX_EXCESS standard deviations: the variance (∝ e³) stays finite (float64)
+        return e.clamp(-MAX_EXCESS, MAX_EXCESS)
 
     def diag(self, X, variance=None):
         """k(x, x) for each row of ``X``: σ²·mean over coordinates of |e|³/3 (n,)."""
