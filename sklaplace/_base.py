@@ -153,8 +153,7 @@ class BaseLaplace(BaseEstimator):
         self.subset_of_weights_, self.hessian_structure_ = fitted.kind, fitted.structure
         self.n_params_ = int(fitted.subset.n_params)
         self.prior_precision_ = fitted.hyper.prior_precision
-        if "extrapolation_variance" in self.get_params(deep=False):
-            self.extrapolation_variance_ = fitted.hyper.outside_variance
+        self.extrapolation_variance_ = fitted.hyper.outside_variance
         self.log_evidence_ = (fitted.log_evidence(None, fitted.hyper.sigma)
                               + self._evidence_offset(fitted))
         for key, value in fitted.report.items():
@@ -285,8 +284,7 @@ class BaseLaplace(BaseEstimator):
                 f"This {type(self).__name__} was pickled by an earlier sklaplace, whose "
                 "fitted state had another layout (before the fitted Laplace approximation "
                 "became one object, laplace_); refit it with this version.")
-        if type(self).__name__ == "LaplaceClassifier":  # pickled before the parameter
-            state.setdefault("extrapolation_variance", 0.0)
-            if "laplace_" in state:
-                state.setdefault("extrapolation_variance_", 0.0)
+        state.setdefault("extrapolation_variance", 0.0)  # pickled before the parameter
+        if "laplace_" in state:
+            state.setdefault("extrapolation_variance_", 0.0)
         super().__setstate__(state)

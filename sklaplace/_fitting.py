@@ -273,9 +273,12 @@ def _outside_variance(s, hyper, tuning, task, validation, subset, posterior, X, 
                       scorers):
     """(``hyper`` with σ² of the variance outside the training range, its kernel or None)
     (:mod:`._laplace.outside`): ``extrapolation_variance`` as given, or with "auto" the
-    jackknife choice on the training rows where the fit tunes δ (the classifier's GLM
-    and GP predictives, unrefined; not on ``"cv"``'s held-out pass, not in
-    ``partial_fit``, whose tasks each see a part of the range); else 0."""
+    jackknife choice on the training rows where the classifier's fit tunes δ (GLM and
+    GP predictives, unrefined; not on ``"cv"``'s held-out pass, not in ``partial_fit``,
+    whose tasks each see a part of the range); else 0 — the regressor's "auto" too: a
+    Gaussian's NLL grows with log σ² without bound where a class probability's cost
+    stops at log C, and the choice made the extrapolation NLL worse on 4 of 9 sets
+    (docs/benchmarks.md)."""
     given = getattr(s, "extrapolation_variance", None)
     kernel = None
     if given != "auto":

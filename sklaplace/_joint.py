@@ -1,8 +1,9 @@
 """The joint predictive of a LaplaceRegressor over rows (and outputs), for
 ``predict(X, return_cov=True)`` and ``sample_y``, GaussianProcessRegressor's API.
 
-GLM predictive: N(f(X), J Σ Jᵀ + σ² I) with J the Jacobians of all rows stacked
-(n·C × P), so the covariance couples every pair of rows and outputs; ``pred_type="nn"``:
+GLM predictive: N(f(X), J Σ Jᵀ + K ⊗ I + σ² I) with J the Jacobians of all rows stacked
+(n·C × P), so the covariance couples every pair of rows and outputs, and K the kernel of
+the variance outside the training range (``laplace_.outside``); ``pred_type="nn"``:
 the sample covariance of the network at ``n_samples`` weight draws, plus σ².
 """
 
@@ -38,6 +39,9 @@ def joint_moments(estimator, X):
             J = torch.cat([J for _, J in parts]).reshape(1, n * C, -1)
             cov = fitted.posterior.functional_variance(J)[0]
             cov = 0.5 * (cov + cov.T)
+            if fitted.outside is not None:  # its GP couples the rows, each output alike
+                K = fitted.outside.cross(Xt, Xt).to(cov)
+                cov = cov + torch.kron(K, torch.eye(C, dtype=cov.dtype, device=cov.device))
     sigma = fitted.hyper.sigma.expand(C).cpu().numpy()
     std = np.asarray(fitted.targets.std, dtype=float)
     mean = mean.cpu().numpy() * std + fitted.targets.mean

@@ -60,6 +60,7 @@ PARAMETER_CONSTRAINTS = {
     "gp_subset_size": _at_least(1) + [None],
     "refine": [StrOptions({"laplace", "vi"}), None],
     "n_samples": _at_least(1),
+    "extrapolation_variance": [StrOptions({"auto"}), _NON_NEGATIVE, None],
     "temperature": _POSITIVE,
     "online_frequency": _at_least(1),
     "online_burn_in": _at_least(0),
@@ -75,7 +76,6 @@ CLASSIFIER_CONSTRAINTS = {
     **PARAMETER_CONSTRAINTS,
     "link_approx": [StrOptions(set(LINKS))],
     "class_weight": [dict, StrOptions({"balanced"}), None],
-    "extrapolation_variance": [StrOptions({"auto"}), _NON_NEGATIVE, None],
 }
 
 REGRESSOR_CONSTRAINTS = {

@@ -142,27 +142,20 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     n_samples : int, default=100
         Samples of the ``"mc"`` link and of ``pred_type="nn"``.
     extrapolation_variance : "auto", float >= 0 or None, default="auto"
-        Scale σ² of a variance added to every logit of the GLM predictive (and of
-        ``pred_type="gp"``) outside the range of the training inputs:
-        σ²·mean_i |e_i|³/3, with e_i how far feature i lies beyond the training
-        rows' range, in units of its training standard deviation. It is the
-        prior of infinitely many ReLU features placed beyond the data
-        (Kristiadi, Hein & Hennig 2021: the cubic spline kernel, here starting
-        at the edges of the range instead of at the origin): exactly 0 on the
-        training range, so rows like the training rows are predicted as
-        without it, and growing cubically beyond, where the net's own posterior
-        variance grows too slowly to keep its confidence from rising.
-        ``"auto"``: where ``fit`` tunes the prior (every
-        ``hyperparameter_tuning`` but None), the largest σ² of a grid (1e-2 to
-        1e3) whose expected cost to a new row from the training distribution
-        stays within 0.002 nats of the best — estimated by the jackknife: each
-        training row that alone extends the range, at its distance beyond the
-        others'; 0 with ``hyperparameter_tuning=None``, ``pred_type="nn"``,
-        ``refine`` and in ``partial_fit``. A float: that σ² (in ``partial_fit``
-        over the range of every task); 0 or None: none. It is not a weight, so
-        not part of ``posterior_`` nor of the sampled-net predictive; the
-        Laplace bridge's mean does not react to a variance all logits share
-        (its effect is then in ``predict_dist`` only).
+        Scale σ² of a variance added to every output of the GLM predictive
+        (``pred_type`` "glm" or "gp") outside the training inputs' range:
+        σ²·mean_i |e_i|³/3, e_i how far feature i lies beyond the training
+        rows' range in training standard deviations — the prior of infinitely
+        many ReLU features beyond the data (Kristiadi, Hein & Hennig 2021),
+        zero on the training range, growing cubically beyond. ``"auto"``: the
+        largest σ² of a grid (1e-2 to 1e3) whose cost to a new row from the
+        training distribution, estimated by the jackknife (each training row
+        that alone extends the range, at its distance beyond the others'),
+        stays within 0.002 nats of the best, where a classifier's ``fit``
+        tunes the prior (0 for the regressor, with ``hyperparameter_tuning=None``,
+        ``pred_type="nn"``, ``refine``, in ``partial_fit``). A float: that σ² (model units; in
+        ``partial_fit`` over every task's range); 0 or None: none. Not a
+        weight: not in ``posterior_`` nor in the sampled-net predictive.
     temperature : float, default=1.0
         The log-likelihood is divided by T in the MAP objective, the curvature
         and the evidence.

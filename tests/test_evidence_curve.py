@@ -52,6 +52,7 @@ def test_regressor_curves_equal_the_evidence_and_refits_at_each_prior():
     for value, nll in zip(grid, disp.validation_nll):
         refit = LaplaceRegressor(_frozen_linear(3), hyperparameter_tuning=None,
                                  prior_precision=value, sigma_noise=reg.sigma_noise_,
+                                 extrapolation_variance=reg.extrapolation_variance_,
                                  **common).fit(X, y)
         assert nll == pytest.approx(gaussian_nll(y_val, *refit.predict(X_val, return_std=True)),
                                     rel=1e-9)

@@ -192,3 +192,27 @@ def test_far_rows_get_finite_uniform_probabilities(iris_fits, link):
             np.testing.assert_allclose(proba.max(1), 1 / 3, atol=atol)
     finally:
         est.set_params(link_approx="probit")
+
+
+def test_regressor_adds_the_variance_in_model_units_and_to_the_joint_covariance():
+    from sklaplace import LaplaceRegressor
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(80, 2))
+    y = 50 + 20 * np.sin(X[:, 0]) + rng.normal(size=80)
+    common = dict(hidden_layer_sizes=(8,), max_epochs=20, random_state=0,
+                  hyperparameter_tuning="evidence")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        on = LaplaceRegressor(extrapolation_variance=2.0, **common).fit(X, y)
+        off = LaplaceRegressor(extrapolation_variance=0, **common).fit(X, y)
+        auto = LaplaceRegressor(**common).fit(X, y)
+    assert auto.extrapolation_variance_ == 0  # the regressor's "auto" (docs/benchmarks.md)
+    rows = np.vstack([X[:3], X.max(0) + X[:3] ** 2 + 0.5])
+    std_on, std_off = on.predict(rows, return_std=True)[1], off.predict(rows, return_std=True)[1]
+    added = on.laplace_.outside.diag(torch.as_tensor(rows)).numpy() * np.std(y) ** 2
+    np.testing.assert_allclose(std_on**2 - std_off**2, added, rtol=1e-8, atol=1e-8)
+    assert np.all(added[:3] == 0) and np.all(added[3:] > 0)
+    _, cov = on.predict(rows, return_cov=True)
+    np.testing.assert_allclose(np.sqrt(np.diag(cov)), std_on, rtol=1e-10)
+    assert abs(cov[3, 4]) > abs(off.predict(rows, return_cov=True)[1][3, 4])

@@ -160,3 +160,4 @@ def choose_variance(kernel, X, y, weight, moments, nll):
     means = np.array([w_rows @ nll(f, cov + v * unit[:, None, None] * eye, y[rows]) / total
                       for v in VARIANCE_GRID])
     return float(VARIANCE_GRID[np.flatnonzero(means <= means.min() + MAX_HELD_OUT_COST)[0]])
+
