@@ -9,7 +9,6 @@ earlier tasks' posterior as its prior and stores the new
 :class:`~._laplace.fitted.FittedLaplace` (:func:`fit_next_task`).
 """
 
-import dataclasses
 import functools
 
 import numpy as np
@@ -165,7 +164,7 @@ def fit_next_task(estimator, X, y_model, sample_weight=None):
         net_.module_.eval()
         n_iter, curve = training_curve(net_)
     task = Task(previous=fitted.posterior, prior_mean=theta_prev, n_previous=n_previous,
-                n_tasks=n_tasks)
+                n_tasks=n_tasks, outside=fitted.outside)
     new = fit_laplace(
         s, net_, fitted.likelihood, X, y_model,
         Hyperparameters.of(estimator.prior_precision, sigma0), tuning=tuning,
@@ -173,8 +172,6 @@ def fit_next_task(estimator, X, y_model, sample_weight=None):
         check_outputs=functools.partial(estimator._check_outputs, fitted.likelihood,
                                         fitted.n_outputs),
         targets=fitted.targets, sample_weight=sample_weight, task=task)
-    if new.outside is not None and fitted.outside is not None:  # every task's range
-        new = dataclasses.replace(new, outside=new.outside.covering(fitted.outside))
     return estimator._store(net_, n_iter, curve, new)
 
 

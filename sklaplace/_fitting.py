@@ -272,19 +272,22 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
 def _outside_variance(s, hyper, tuning, task, validation, subset, posterior, X, y, weight,
                       scorers):
     """(``hyper`` with σ² of the variance outside the training range, its kernel or None)
-    (:mod:`._laplace.outside`): ``extrapolation_variance`` as given, or with "auto" the
-    jackknife choice on the training rows where the classifier's fit tunes δ (GLM and
-    GP predictives, unrefined; not on ``"cv"``'s held-out pass, not in ``partial_fit``,
-    whose tasks each see a part of the range); else 0 — the regressor's "auto" too: a
-    Gaussian's NLL grows with log σ² without bound where a class probability's cost
-    stops at log C, and the choice made the extrapolation NLL worse on 4 of 9 sets
-    (docs/benchmarks.md)."""
+    (:mod:`._laplace.outside`): ``extrapolation_variance`` as given; with "auto", the
+    first task's σ² in a later ``partial_fit`` task (its rows are gone), else the
+    jackknife choice on the training rows where the classifier's fit tunes δ (GLM and GP
+    predictives, unrefined; not on ``"cv"``'s held-out pass); else 0 — the regressor's
+    "auto" too: a Gaussian's NLL grows with log σ² without bound where a class
+    probability's cost stops at log C, and the choice made the extrapolation NLL worse
+    on 4 of 9 sets (docs/benchmarks.md). In ``partial_fit`` the range covers every task."""
     given = getattr(s, "extrapolation_variance", None)
+    earlier = None if task is None else task.outside
     kernel = None
     if given != "auto":
         variance = float(given or 0.0)
+    elif earlier is not None:
+        variance = earlier.variance
     elif (validation is None and scorers is not None and s.pred_type != "nn"
-          and s.refine is None and tuning is not None and task is None):
+          and s.refine is None and tuning is not None):
         keep = slice(None) if weight is None else weight > 0
         kernel = RangeKernel.of(X, weight)
         with torch.no_grad():
@@ -293,8 +296,11 @@ def _outside_variance(s, hyper, tuning, task, validation, subset, posterior, X, 
                 lambda rows: subset.moments(rows, posterior), scorers[0])
     else:
         variance = 0.0
-    kernel = None if variance == 0 else (kernel or RangeKernel.of(X, weight)).with_variance(
-        variance)
+    if variance == 0:
+        return hyper.with_outside_variance(0.0), None
+    kernel = (kernel or RangeKernel.of(X, weight)).with_variance(variance)
+    if earlier is not None:
+        kernel = kernel.covering(earlier)
     return hyper.with_outside_variance(variance), kernel
 
 

@@ -138,11 +138,11 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorPartialFit,
         largest σ² of a grid (1e-2 to 1e3) whose cost to a new row from the
         training distribution, estimated by the jackknife (each training row
         that alone extends the range, at its distance beyond the others'),
-        stays within 0.002 nats of the best, where a classifier's ``fit``
-        tunes the prior (0 for the regressor, with ``hyperparameter_tuning=None``,
-        ``pred_type="nn"``, ``refine``, in ``partial_fit``). A float: that σ² (model units; in
-        ``partial_fit`` over every task's range); 0 or None: none. Not a
-        weight: not in ``posterior_`` nor in the sampled-net predictive.
+        stays within 0.002 nats of the best, where a classifier's fit tunes
+        the prior (0 for the regressor, with ``hyperparameter_tuning=None``,
+        ``pred_type="nn"``, ``refine``); later ``partial_fit`` tasks keep the
+        first's, over every task's range. A float: that σ² (model units); 0 or
+        None: none. Not a weight: not in ``posterior_`` nor the sampled net's.
     temperature : float, default=1.0
         The log-likelihood is divided by T in the MAP objective, the curvature
         and the evidence.

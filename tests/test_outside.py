@@ -216,3 +216,18 @@ def test_regressor_adds_the_variance_in_model_units_and_to_the_joint_covariance(
     _, cov = on.predict(rows, return_cov=True)
     np.testing.assert_allclose(np.sqrt(np.diag(cov)), std_on, rtol=1e-10)
     assert abs(cov[3, 4]) > abs(off.predict(rows, return_cov=True)[1][3, 4])
+
+
+def test_partial_fit_after_fit_keeps_the_chosen_variance_over_both_ranges():
+    X, y = make_classification(240, 4, n_informative=3, n_redundant=0, random_state=1)
+    X = StandardScaler().fit_transform(X)
+    est = LaplaceClassifier(hidden_layer_sizes=(8,), max_epochs=40, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X[:160], y[:160])
+        chosen = est.extrapolation_variance_
+        assert chosen > 0
+        est.partial_fit(X[160:] + 4.0, y[160:])
+    assert est.extrapolation_variance_ == chosen == est.laplace_.outside.variance
+    np.testing.assert_allclose(est.laplace_.outside.high.numpy(), (X[160:] + 4.0).max(0))
+    np.testing.assert_allclose(est.laplace_.outside.low.numpy(), X[:160].min(0))

@@ -56,7 +56,8 @@ class Task:
 
     ``previous`` (the posterior after the earlier tasks), ``prior_mean`` (their MAP
     θ*_{t−1}), ``n_previous`` (their rows, or total weight) and ``n_tasks`` (how many)
-    are None / 0 on the first task; ``classes`` is the first classifier call's ``classes``.
+    are None / 0 on the first task; ``classes`` is the first classifier call's ``classes``;
+    ``outside`` the earlier tasks' kernel of the variance outside their range (or None).
     """
 
     previous: object = None
@@ -64,6 +65,7 @@ class Task:
     n_previous: float = 0.0
     n_tasks: int = 0
     classes: np.ndarray = None
+    outside: object = None
 
 
 # ---------------------------------------------------------------- curvature sums

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from .curvature import check_budget, memory_budget
 from .holdout import MAX_HELD_OUT_COST
 
 #: Largest distance beyond the range counted (training standard deviations): far beyond
@@ -112,10 +113,15 @@ class RangeKernel:
         return (excess / self.scale).pow(3).mean(1) / 3
 
     def cross(self, X1, X2):
-        """k(x, x') (n1, n2): σ² times the mean over coordinates of k₁(e, e')."""
-        e1, e2 = self.excess(X1)[:, None, :], self.excess(X2)[None, :, :]
-        m = torch.minimum(e1.abs(), e2.abs()) * (e1 * e2 > 0)
-        return self.variance * (m**3 / 3 + (e1 - e2).abs() * m**2 / 2).mean(-1)
+        """k(x, x') (n1, n2): σ² times the mean over coordinates of k₁(e, e') (one
+        coordinate at a time: n1·n2 floats, not n1·n2·d)."""
+        e1, e2 = self.excess(X1), self.excess(X2)
+        K = e1.new_zeros((len(e1), len(e2)))
+        for a, b in zip(e1.T, e2.T):
+            a, b = a[:, None], b[None, :]
+            m = torch.minimum(a.abs(), b.abs()) * (a * b > 0)
+            K += m**3 / 3 + (a - b).abs() * m**2 / 2
+        return self.variance * K / max(1, e1.shape[1])
 
     def add_to(self, X, cov):
         """``cov`` (n, C, C) plus k(x, x)·I per row (a new tensor)."""
@@ -124,14 +130,21 @@ class RangeKernel:
                                                    device=cov.device)
 
     def sample(self, X, n_samples, n_outputs, generator):
-        """Draws (S, n, C) of the GP on the rows of ``X`` (jointly over rows; independent
-        outputs)."""
-        K = self.cross(X, X)
-        lam, Q = torch.linalg.eigh(K)
-        root = Q * lam.clamp_min(0).sqrt()
-        z = torch.randn((n_samples, len(X), n_outputs), generator=generator,
-                        dtype=K.dtype).to(K.device)
-        return torch.einsum("nk,skc->snc", root, z)
+        """Draws (S, n, C) of the GP on the rows of ``X``, jointly over the rows outside
+        the range (0 inside); independent outputs. Refused (``MemoryError``) where the
+        kernel of the rows outside exceeds the memory budget."""
+        out = torch.zeros((n_samples, len(X), n_outputs), dtype=self.low.dtype)
+        rows = torch.nonzero(self.excess(X).abs().sum(1) > 0).flatten()
+        if len(rows) == 0:
+            return out
+        check_budget(3 * 8 * len(rows) ** 2, f"The kernel of the {len(rows)} rows outside "
+                     "the training range", memory_budget(X.device), "fewer rows per call")
+        lam, Q = torch.linalg.eigh(self.cross(X[rows], X[rows]))
+        root = (Q * lam.clamp_min(0).sqrt()).cpu()
+        z = torch.randn((n_samples, len(rows), n_outputs), generator=generator,
+                        dtype=root.dtype)
+        out[:, rows.cpu()] = torch.einsum("nk,skc->snc", root, z)
+        return out
 
 
 def choose_variance(kernel, X, y, weight, moments, nll):
