@@ -36,7 +36,7 @@ from .curvature import check_budget, memory_budget
 from .holdout import MAX_HELD_OUT_COST
 
 #: Largest distance beyond the range counted (training standard deviations): far beyond
-#: any data, and its cube (times σ² ≤ 1e3) far below float64's overflow.
+#: any data, and its cube (1e90, times the grid's σ² ≤ 1e3) far below float64's overflow.
 MAX_EXCESS = 1e30
 
 #: σ² searched, broadest first; 0 (no added variance) last.
