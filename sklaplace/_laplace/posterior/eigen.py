@@ -107,7 +107,7 @@ class EigenPosterior(Posterior):
         kappa, E = kappa[keep], E[:, keep]
         if rank is not None:
             kappa, E = kappa[-rank:], E[:, -rank:]
-        V = (U @ E) / kappa.sqrt()
+        V = U @ (E / kappa.sqrt())  # scale the m × m eigenvectors, not the P × m product
         return cls(V, kappa, U.shape[0], structure)
 
     @property
