@@ -231,3 +231,13 @@ def test_partial_fit_after_fit_keeps_the_chosen_variance_over_both_ranges():
     assert est.extrapolation_variance_ == chosen == est.laplace_.outside.variance
     np.testing.assert_allclose(est.laplace_.outside.high.numpy(), (X[160:] + 4.0).max(0))
     np.testing.assert_allclose(est.laplace_.outside.low.numpy(), X[:160].min(0))
+
+
+def test_sampled_functions_carry_the_added_variance(iris_fits):
+    auto, _, _, X_te, _ = iris_fits
+    far = 2 * X_te[:5]
+    draws = auto.sample_functions(far, n_samples=4000, random_state=0)  # (S, n, C)
+    var = draws.var(0)
+    expected = np.diagonal(auto.predict_dist(far).logit_cov, axis1=1, axis2=2)
+    assert expected.max() > 1.0  # the rows are outside the range: the term dominates
+    np.testing.assert_allclose(var, expected, rtol=0.15)
