@@ -42,14 +42,8 @@ def joint_moments(estimator, X):
             if fitted.outside is not None:  # its GP couples the rows, each output alike
                 K = fitted.outside.cross(Xt, Xt).to(cov)
                 cov = cov + torch.kron(K, torch.eye(C, dtype=cov.dtype, device=cov.device))
-    sigma = fitted.hyper.sigma.expand(C).cpu().numpy()
-    std = np.asarray(fitted.targets.std, dtype=float)
-    mean = mean.cpu().numpy() * std + fitted.targets.mean
-    cov = cov.cpu().numpy().reshape(n, C, n, C)
-    idx = np.arange(n)
-    cov[idx, :, idx, :] += np.diag(sigma**2)
-    cov *= std[None, :, None, None] * std[None, None, None, :]
-    return mean, cov
+    return fitted.targets.joint_moments(mean.cpu().numpy(), cov.cpu().numpy().reshape(n, C, n, C),
+                                        fitted.hyper.sigma)
 
 
 def per_output_cov(estimator, cov):

@@ -206,3 +206,13 @@ class TargetScale:
         var = var * self.std**2
         noise = np.broadcast_to((sigma * self.std) ** 2, var.shape).copy()
         return mean, var, noise
+
+    def joint_moments(self, mean, cov, sigma):
+        """Model-units mean (n, C), joint epistemic covariance (n, C, n, C, numpy) and σ →
+        the joint predictive of y: its mean and covariance, the noise (σ·s)² on each
+        row's own block."""
+        mean, _, noise = self.moments(mean, np.zeros(mean.shape), sigma)
+        cov = cov * self.std[None, :, None, None] * self.std[None, None, None, :]
+        rows = np.arange(len(mean))
+        cov[rows, :, rows, :] += np.diag(noise[0])
+        return mean, cov
