@@ -241,3 +241,11 @@ def test_sampled_functions_carry_the_added_variance(iris_fits):
     expected = np.diagonal(auto.predict_dist(far).logit_cov, axis1=1, axis2=2)
     assert expected.max() > 1.0  # the rows are outside the range: the term dominates
     np.testing.assert_allclose(var, expected, rtol=0.15)
+
+
+def test_leave_one_out_reads_weights_as_duplicated_rows():
+    X = torch.tensor([[0.0], [1.0], [3.0]], dtype=torch.float64)
+    k = RangeKernel.of(X)
+    for w_top, outside in [(1.0, True), (1.5, True), (2.0, False), (3.0, False)]:
+        w = torch.tensor([1.0, 1.0, w_top], dtype=torch.float64)
+        assert bool(k.loo_diag(X, w)[2] > 0) is outside

@@ -95,9 +95,10 @@ class RangeKernel:
     def loo_diag(self, X, weight=None):
         """k(x, x)/σ² of each training row at its leave-one-out distance: beyond the range
         of the other rows (n,). Only a row that alone holds a coordinate's minimum or
-        maximum is outside (by its distance to the next value); with ``weight``, rows of
-        total weight above 1 at an extreme are several rows (integer weights count as
-        duplicated rows). Rows of zero weight must be left out by the caller."""
+        maximum is outside (by its distance to the next value); with ``weight``, a total
+        weight of 2 or more at an extreme is several rows (integer weights count as
+        duplicated rows; ``class_weight`` ones below 2 stay one row). Rows of zero weight
+        must be left out by the caller."""
         X = X.reshape(len(X), -1).to(self.low)
         w = (torch.ones(len(X), dtype=X.dtype, device=X.device) if weight is None
              else weight.to(X))[:, None]
@@ -106,7 +107,7 @@ class RangeKernel:
             Z = sign * X
             top = Z.max(0).values
             at_top = Z == top
-            alone = (w * at_top).sum(0) <= 1
+            alone = (w * at_top).sum(0) < 2
             nxt = torch.where(at_top, torch.full_like(Z, -torch.inf), Z).max(0).values
             excess += torch.where(at_top & alone & torch.isfinite(nxt), Z - nxt,
                                   torch.zeros_like(Z))
