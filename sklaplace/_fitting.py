@@ -13,6 +13,7 @@ writes to the estimator (``BaseLaplace.fit`` stores the result).
 """
 
 import copy
+import dataclasses
 import functools
 import numbers
 import time
@@ -257,22 +258,23 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
         hyper = Hyperparameters.of(prior, sigma)
         report.update(refine_objective_init=info["objective_init"],
                       refine_objective=info["objective"], refine_n_iter=info["n_iter"])
-    hyper, outside = _outside_variance(s, hyper, tuning, task, validation, pred_subset,
-                                       posterior, Xt, yt, wt, scorers)
-    return FittedLaplace(
+    fitted = FittedLaplace(
         likelihood=likelihood, subset=pred_subset, posterior=posterior, evidence=evidence,
         hyper=hyper, kind=kind, structure=structure, tuning=tuning, n_outputs=n_out,
         curvature=s.curvature, temperature=s.temperature, prediction_seed=prediction_seed,
         targets=targets,
         refined=s.refine is not None and validation is None, report=report,
         task_rows=None if task is None else task.n_previous + n_rows,
-        n_tasks=0 if task is None else task.n_tasks + 1, outside=outside)
+        n_tasks=0 if task is None else task.n_tasks + 1)
+    hyper, outside = _outside_variance(s, hyper, tuning, task, validation, fitted.glm_moments,
+                                       Xt, yt, wt, scorers)
+    return dataclasses.replace(fitted, hyper=hyper, outside=outside)
 
 
-def _outside_variance(s, hyper, tuning, task, validation, subset, posterior, X, y, weight,
-                      scorers):
+def _outside_variance(s, hyper, tuning, task, validation, moments, X, y, weight, scorers):
     """(``hyper`` with σ² of the variance outside the training range, its kernel or None)
-    (:mod:`._laplace.outside`): ``extrapolation_variance`` as given; with "auto", the
+    (:mod:`._laplace.outside`; ``moments``: the fit's GLM moments of rows, by row chunks):
+    ``extrapolation_variance`` as given; with "auto", the
     first task's σ² in a later ``partial_fit`` task (its rows are gone), else the
     jackknife choice on the training rows where the classifier's fit tunes δ (GLM and GP
     predictives, unrefined; not on ``"cv"``'s held-out pass); else 0 — the regressor's
@@ -292,8 +294,8 @@ def _outside_variance(s, hyper, tuning, task, validation, subset, posterior, X, 
         kernel = RangeKernel.of(X, weight)
         with torch.no_grad():
             variance = choose_variance(
-                kernel, X[keep], y[keep], None if weight is None else weight[keep],
-                lambda rows: subset.moments(rows, posterior), scorers[0])
+                kernel, X[keep], y[keep], None if weight is None else weight[keep], moments,
+                scorers[0])
     else:
         variance = 0.0
     if variance == 0:
