@@ -290,12 +290,9 @@ def _outside_variance(s, hyper, tuning, task, validation, moments, X, y, weight,
         variance = earlier.variance
     elif (validation is None and scorers is not None and s.pred_type != "nn"
           and s.refine is None and tuning is not None):
-        keep = slice(None) if weight is None else weight > 0
-        kernel = RangeKernel.of(X, weight)
+        kernel = RangeKernel.of(X, weight)  # (rows of zero weight were dropped before fit)
         with torch.no_grad():
-            variance = choose_variance(
-                kernel, X[keep], y[keep], None if weight is None else weight[keep], moments,
-                scorers[0])
+            variance = choose_variance(kernel, X, y, weight, moments, scorers[0])
     else:
         variance = 0.0
     if variance == 0:

@@ -58,11 +58,9 @@ class RangeKernel:
 
     @classmethod
     def of(cls, X, weight=None, variance=0.0):
-        """The kernel of the training inputs ``X`` (n, d) (rows of zero ``weight`` left out)."""
+        """The kernel of the training inputs ``X`` (n, d) and their positive row weights
+        (the estimators drop rows of zero weight before ``fit``)."""
         X = X.reshape(len(X), -1)
-        if weight is not None:
-            keep = weight > 0
-            X, weight = X[keep], weight[keep]
         w = torch.ones(len(X), dtype=X.dtype, device=X.device) if weight is None else weight
         mean = (w @ X) / w.sum()
         std = ((w @ (X - mean) ** 2) / w.sum()).sqrt()
@@ -97,8 +95,7 @@ class RangeKernel:
         of the other rows (n,). Only a row that alone holds a coordinate's minimum or
         maximum is outside (by its distance to the next value); with ``weight``, a total
         weight of 2 or more at an extreme is several rows (integer weights count as
-        duplicated rows; ``class_weight`` ones below 2 stay one row). Rows of zero weight
-        must be left out by the caller."""
+        duplicated rows; ``class_weight`` ones below 2 stay one row)."""
         X = X.reshape(len(X), -1).to(self.low)
         w = (torch.ones(len(X), dtype=X.dtype, device=X.device) if weight is None
              else weight.to(X))[:, None]
