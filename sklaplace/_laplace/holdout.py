@@ -190,6 +190,35 @@ def held_out_variances(posterior, subset, X, deltas, s):
     return f, grid_variances(variance_path(posterior, J), deltas, s, J)
 
 
+def grid_row_bytes(subset, posterior, n_out, n_grid):
+    """Bytes per held-out row of :func:`held_out_variances` with ``n_grid`` δ: the
+    variances of every δ (and their symmetric pairs), and the Jacobians with their
+    rotated or projected copies (or, for the per-layer factors, the layers' buffers)."""
+    stack = 16 * n_grid * n_out * n_out
+    if isinstance(posterior, KronPosterior) and hasattr(subset, "jacobian_factors"):
+        factored = subset.row_bytes(n_out, True, posterior)
+        return stack + max(factored, 3 * subset.row_bytes(n_out))
+    return stack + 3 * subset.row_bytes(n_out) + 8 * n_out * getattr(posterior, "rank", 0)
+
+
+def held_out_chunks(posterior, subset, X, deltas, s, budget=None):
+    """:func:`held_out_variances` per chunk of the held-out rows ``X`` whose buffers
+    (:func:`grid_row_bytes`) fit ``budget`` bytes: yields (row slice, f (r, C), the
+    variances of every δ in order); ``budget`` defaults to :data:`MANY_BYTES`. Every
+    quantity is per row, so the chunks give the
+    numbers of one pass over all rows, with memory that does not grow with them."""
+    n = len(X)
+    if n == 0:
+        return
+    n_out = subset.forward(X[:1]).shape[-1]
+    budget = MANY_BYTES if budget is None else budget
+    size = max(1, int(budget // grid_row_bytes(subset, posterior, n_out, len(deltas))))
+    for start in range(0, n, size):
+        rows = slice(start, min(start + size, n))
+        f, covs = held_out_variances(posterior, subset, X[rows], deltas, s)
+        yield rows, f, covs
+
+
 def one_standard_error_choice(losses, weights=None):
     """Index into an ascending δ grid by the paired one-standard-error rule, widest side.
 

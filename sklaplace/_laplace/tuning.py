@@ -8,8 +8,9 @@ and writes nowhere:
   the targets' spread;
 - :func:`by_held_out`: one scalar δ (and σ) by the held-out NLL of the predictive
   over the grid of :mod:`.holdout` (one-SE rule, broad side), the variances of every
-  δ at once (:func:`~.holdout.held_out_variances`: per-layer factors for a Kronecker
-  posterior over nn.Linear layers, else one set of Jacobians);
+  δ at once, by chunks of held-out rows within a memory budget
+  (:func:`~.holdout.held_out_chunks`: per-layer factors for a Kronecker posterior
+  over nn.Linear layers, else one set of Jacobians per chunk);
 - :func:`by_held_out_refined`: the same for the *refined* predictive, one refinement
   per decade of δ.
 
@@ -26,7 +27,7 @@ from scipy.optimize import minimize_scalar
 from . import progress
 from .evidence import maximize_evidence
 from .fitted import generator
-from .holdout import (LOG10_PRIOR_GRID, held_out_variances, one_standard_error_choice,
+from .holdout import (LOG10_PRIOR_GRID, held_out_chunks, one_standard_error_choice,
                       warn_at_grid_bound)
 from .hyperparameters import Hyperparameters, weighted_spread
 from .prior import PriorGroups, subset_prior
@@ -122,9 +123,11 @@ def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, sigm
                                                        Xv, n_samples, seed), yv)
                           for d in deltas]
             else:
-                f, covs = held_out_variances(posterior, subset, Xv, deltas, scale)
-                losses = [nll(f, cov, yv) for cov in covs]
-            losses = np.array(losses)
+                losses = np.empty((len(deltas), len(Xv)))
+                for rows, f, covs in held_out_chunks(posterior, subset, Xv, deltas, scale):
+                    for k, cov in enumerate(covs):
+                        losses[k, rows] = nll(f, cov, yv[rows])
+            losses = np.asarray(losses)
             chosen = one_standard_error_choice(losses, w_val)
             warn_at_grid_bound(chosen, deltas)
             return (Hyperparameters.of(float(deltas[chosen]), sigma),
@@ -140,18 +143,24 @@ def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, sigm
             return 1.0 / float(evidence.scale(torch.tensor(sigma, dtype=torch.float64)))
 
         fits = []
-        if not sampled:
-            f, covs = held_out_variances(posterior, subset, Xv, deltas, 1.0)
-            covs = iter(covs)
-        for rho in deltas:
+        if not sampled:  # the held-out means and, per ρ, the variances: (K, n, C)
+            f_np, variances = None, None
+            for rows, f, covs in held_out_chunks(posterior, subset, Xv, deltas, 1.0):
+                if variances is None:
+                    f_np = np.empty((len(Xv), f.shape[1]))
+                    variances = np.empty((len(deltas), len(Xv), f.shape[1]))
+                f_np[rows] = f.cpu().numpy()
+                for k, cov in enumerate(covs):
+                    v = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0)
+                    variances[k, rows] = v.cpu().numpy()
+            f_np = f_np.ravel()
+        for k, rho in enumerate(deltas):
             if sampled:
                 eps = _at_prior(posterior, rho, 1.0).sample(n_samples, generator(seed))
                 moments = functools.partial(_sampled_moments, subset, Xv, eps, c_of)
             else:
-                f_np = f.cpu().numpy().ravel()
-                v = torch.diagonal(next(covs), dim1=1, dim2=2).clamp_min(0)
-                v = v.cpu().numpy().ravel()
-                moments = functools.partial(_scaled_moments, f_np, v, c_of)
+                moments = functools.partial(_scaled_moments, f_np, variances[k].ravel(),
+                                            c_of)
             fits.append(_held_out_gaussian(moments, yv, floor, w_cells))
     chosen = one_standard_error_choice([losses for losses, _ in fits], w_cells)
     warn_at_grid_bound(chosen, deltas, name="prior_precision / s(sigma_noise)")
