@@ -144,7 +144,7 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     extrapolation_variance : "auto", float >= 0 or None, default="auto"
         Scale σ² of a variance added to every output of the GLM predictive
         (``pred_type`` "glm" or "gp") outside the training inputs' range:
-        σ²·mean_i |e_i|³/3, e_i how far feature i lies beyond the training
+        ``σ²·mean_i |e_i|³/3``, e_i how far feature i lies beyond the training
         rows' range in training standard deviations — the prior of infinitely
         many ReLU features beyond the data (Kristiadi, Hein & Hennig 2021),
         zero on the training range, growing cubically beyond. ``"auto"``: the
@@ -220,7 +220,7 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         ``FrozenEstimator`` net, of the history it came with; with
         ``hyperparameter_tuning_ == "cv"``, of the training continued on all rows
         after the held-out pass, whose epochs are not counted).
-    loss_curve_ : ndarray of shape (n_iter_,)
+    loss_curve_ : ndarray of shape (`n_iter_`,)
         The training loss (MAP objective per row) of each epoch.
     laplace_ : object
         The immutable fitted Laplace approximation that prediction reads: the

@@ -1,6 +1,10 @@
-"""Online evidence tuning (Immer et al. 2021, Alg. 1) against a grid of retrained MAPs.
+"""
+Online evidence tuning against a grid of retrained networks
+===========================================================
 
-Run: python examples/online_vs_grid.py
+Online evidence tuning (Immer et al. 2021, Alg. 1) against a grid of retrained MAPs.
+
+Run it as ``python examples/plot_online_vs_grid.py``.
 
 For diabetes (regression) and breast cancer (classification), 20 log-spaced
 prior precisions δ each retrain the MAP (``hyperparameter_tuning=None``) and
@@ -13,7 +17,7 @@ noise σ that the online run found (a 1-D grid over δ); both are given in units
 standardized target (``normalize_y=True``).
 
 A real run (2 CPU cores, sklaplace 0.1.0; online updates maximize the evidence,
-``online_steps=None``) printed:
+``online_steps=None``) printed::
 
     diabetes (regression): grid of 20 δ in [0.01, 1000]
       grid best  δ = 26.37: log evidence E* = -1693.50, test NLL 5.4414
@@ -52,7 +56,7 @@ def test_nll(est, X, y):
     return gaussian_nll(y, mean, std)
 
 
-def compare(name, make, X, y, classification):
+def compare(name, make, X, y, classification, ax):
     X_train, X_test, y_train, y_test = split(X, y, classification)
     # sigma_noise is in units of the standardized target (normalize_y=True, the default):
     # start at σ = std(y_train), and give the grid the online σ in those units.
@@ -74,20 +78,36 @@ def compare(name, make, X, y, classification):
     ok_e = e_online >= e_star - 0.01 * abs(e_star)
     ok_nll = nll_online <= nll_best + 0.02
     print(f"  online ≥ E* − 1%|E*|: {ok_e};  online NLL ≤ grid NLL + 0.02: {ok_nll}")
+    ax.plot(GRID, evidences, marker=".", label="grid: a network retrained per δ")
+    ax.plot(np.mean(online.prior_precision_), e_online, "r*", markersize=14,
+            label="one online run")
+    ax.set_xscale("log")
+    ax.set_xlabel("prior precision δ")
+    ax.set_ylabel("log evidence")
+    ax.set_title(name)
+    ax.legend(fontsize=8)
     return ok_e and ok_nll
 
 
 def main():
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     X, y = load_diabetes(return_X_y=True)
     reg_ok = compare("diabetes (regression)",
                      lambda **kw: LaplaceRegressor(random_state=0, **kw),
-                     X, y, classification=False)
+                     X, y, classification=False, ax=axes[0])
     X, y = load_breast_cancer(return_X_y=True)
     clf_ok = compare("breast cancer (classification)",
                      lambda **kw: LaplaceClassifier(random_state=0, **kw),
-                     X, y, classification=True)
+                     X, y, classification=True, ax=axes[1])
     print("\nall criteria met:", reg_ok and clf_ok)
+    fig.tight_layout()
 
 
 if __name__ == "__main__":
     main()
+
+    import matplotlib.pyplot as plt
+
+    plt.show()

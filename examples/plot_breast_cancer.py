@@ -1,6 +1,10 @@
-"""MAP vs Laplace on breast cancer: accuracy, NLL and ECE on a held-out split.
+"""
+Laplace against the trained network on breast cancer
+====================================================
 
-Run: python examples/demo_breast_cancer.py [--plot reliability.png]
+MAP vs Laplace on breast cancer: accuracy, NLL and ECE on a held-out split.
+
+Run it as ``python examples/plot_breast_cancer.py [--plot reliability.png]``.
 
 The network is trained inside ``LaplaceClassifier.fit`` with the defaults: the
 Laplace approximation (``"auto"``: all weights, full GGN) gets its prior
@@ -11,7 +15,7 @@ frozen net's LA tuned by the evidence, on both sides: in distribution (accuracy,
 NLL, ECE) and where the data change (the test rows with every scaled feature 3×
 and 5× larger).  The default costs 0.004 nats in distribution and backs off on
 the shifted rows; the evidence's broader posterior backs off further at a larger
-cost.  A real run (2 shared CPU cores) printed:
+cost.  A real run (2 shared CPU cores) printed::
 
     breast cancer: 398 train / 171 test rows
     LA: all weights, full structure, 1601 parameters; prior precision 10 by cv, 1.28 by the evidence
@@ -77,33 +81,40 @@ def main(plot=None):
               f"LA (default) {la.predict_proba(shifted).max(1).mean():.3f}, "
               f"LA (evidence) {evidence.predict_proba(shifted).max(1).mean():.3f}")
 
+    figure = reliability_figure(rows, y_test)
     if plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from sklaplace.plotting import ReliabilityDisplay
-
-        fig, (ax, ax_hist) = plt.subplots(
-            2, 1, figsize=(5.5, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-        for name, proba in rows.items():
-            ReliabilityDisplay.from_predictions(y_test, proba, n_bins=10, name=name, ax=ax)
-        ax.legend(loc="upper left")  # the curves of a calibrated model hug the diagonal
-        ax.set_title(f"Breast cancer, {len(y_test)} held-out rows: reliability")
-        ax.set_xlabel("")
-        # how many rows each confidence bin holds: most sit near 1, where the curve is reliable
-        edges = np.linspace(0.5, 1.0, 11)
-        ax_hist.hist([proba.max(1) for proba in rows.values()], bins=edges,
-                     label=list(rows), histtype="bar")
-        ax_hist.set_xlabel("confidence (top-label probability)")
-        ax_hist.set_ylabel("rows")
-        fig.tight_layout()
-        fig.savefig(plot, dpi=120, bbox_inches="tight")
+        figure.savefig(plot, dpi=120, bbox_inches="tight")
         print(f"reliability diagram written to {plot}")
 
 
+def reliability_figure(rows, y_test):
+    """Reliability diagram of each predictive, and how many rows each confidence bin holds."""
+    import matplotlib.pyplot as plt
+
+    from sklaplace.plotting import ReliabilityDisplay
+
+    fig, (ax, ax_hist) = plt.subplots(
+        2, 1, figsize=(5.5, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    for name, proba in rows.items():
+        ReliabilityDisplay.from_predictions(y_test, proba, n_bins=10, name=name, ax=ax)
+    ax.legend(loc="upper left")  # the curves of a calibrated model hug the diagonal
+    ax.set_title(f"Breast cancer, {len(y_test)} held-out rows: reliability")
+    ax.set_xlabel("")
+    # how many rows each confidence bin holds: most sit near 1, where the curve is reliable
+    edges = np.linspace(0.5, 1.0, 11)
+    ax_hist.hist([proba.max(1) for proba in rows.values()], bins=edges,
+                 label=list(rows), histtype="bar")
+    ax_hist.set_xlabel("confidence (top-label probability)")
+    ax_hist.set_ylabel("rows")
+    fig.tight_layout()
+    return fig
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plot", metavar="PNG", help="write a reliability diagram here")
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--plot", metavar="PNG", help="write the reliability diagram here")
     main(parser.parse_args().plot)
+
+    import matplotlib.pyplot as plt
+
+    plt.show()
