@@ -111,7 +111,7 @@ def reliability_figure(rows, y_test):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = argparse.ArgumentParser(description="MAP against Laplace on breast cancer")
     parser.add_argument("--plot", metavar="PNG", help="write the reliability diagram here")
     main(parser.parse_args().plot)
 

@@ -142,7 +142,7 @@ def plot(history):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = argparse.ArgumentParser(description="Continual learning on permuted digits")
     parser.add_argument("--tasks", type=int, default=5)
     plot(main(parser.parse_args().tasks))
 
