@@ -85,7 +85,7 @@ class BaseLaplace(BaseEstimator):
         net, frozen, likelihood = prepare_net(s, X.shape[1], n_outputs)
         tuning_ = self._resolve_tuning(len(X), frozen, task)
         # (check_params refused a net whose likelihood the estimator does not support)
-        likelihood = likelihoods.get(likelihood or likelihood_default)
+        likelihood = self._likelihood(likelihood, likelihood_default)
         check_outputs = functools.partial(self._check_outputs, likelihood, n_outputs)
         hyper0 = Hyperparameters.of(self.prior_precision, self._initial_sigma())
         if frozen is not None:
@@ -103,7 +103,7 @@ class BaseLaplace(BaseEstimator):
         if tuning_ == "cv":
             fit_rows, held_out = validation_split(
                 len(X), self.validation_fraction, int(rng.randint(0, 2**31 - 1)),
-                labels=None if likelihood.has_noise else y_model)
+                labels=None if likelihood.has_noise or likelihood.multilabel else y_model)
             w_fit, w_val = ((None, None) if sample_weight is None
                             else (sample_weight[fit_rows], sample_weight[held_out]))
             first_net, *_ = trained(X[fit_rows], y_model[fit_rows], sample_weight=w_fit,
@@ -174,6 +174,10 @@ class BaseLaplace(BaseEstimator):
 
     def _held_out_scorers(self, likelihood, seed):
         return None
+
+    def _likelihood(self, name, default):
+        """The likelihood of the net's criterion ``name`` (None: the default MLP's)."""
+        return likelihoods.get(name or default)
 
     def _initial_sigma(self):
         return 1.0

@@ -106,7 +106,10 @@ def _check_classification(y_true, y_prob, labels=None, sample_weight=None):
         )
     if y_true.ndim != 1:
         raise ValueError(
-            f"y_true must be 1-D labels of shape (n_samples,); got shape {y_true.shape}."
+            f"y_true must be 1-D labels of shape (n_samples,); got shape {y_true.shape}"
+            + (". A multilabel indicator matrix is scored label by label: pass y_true[:, l] "
+               "and y_prob[:, l] (each label a binary problem)."
+               if y_true.ndim == 2 and y_true.shape[1] > 1 else ".")
         )
     if y_true.shape[0] != y_prob.shape[0]:
         raise ValueError(

@@ -16,6 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._laplace.fitted import by_rows, generator
 from ._laplace.workflow import torch_entry_point
 from ._threads import thread_policy
+from ._multilabel import MultilabelPrediction, multilabel_nll, multilabel_probit_proba
 from .distributions import LogitGaussianPrediction, binary_probit_proba, probit_link
 
 
@@ -30,16 +31,24 @@ class Link:
     """The link of one fit: logit moments (tensors) → class probabilities.
 
     ``approx``: ``link_approx``; ``single_logit``: one Bernoulli logit (else one per
-    class); ``n_samples`` and ``seed``: the draws of ``"mc"`` (the fit's prediction seed).
+    class); ``n_samples`` and ``seed``: the draws of ``"mc"`` (the fit's prediction seed);
+    ``multilabel``: one Bernoulli logit per label (an indicator matrix), each label's
+    probability from its own logit.
     """
 
     approx: str
     single_logit: bool
     n_samples: int
     seed: int
+    multilabel: bool = False
 
     def dist(self, mean, cov, link=None, samples=None):
         """The logit Gaussian of the moments under ``link`` (default ``approx``)."""
+        if self.multilabel:
+            return MultilabelPrediction(
+                logit_mean=mean.cpu().numpy(), logit_cov=cov.cpu().numpy(),
+                link=self.approx if link is None else link, n_samples=self.n_samples,
+                seed=self.seed, logit_samples=None if samples is None else samples.cpu().numpy())
         if self.single_logit:  # one Bernoulli logit f ↦ the two logits (−f/2, f/2)
             mean = torch.cat([-mean / 2, mean / 2], dim=1)
             v = cov[:, 0, 0] / 4
@@ -74,6 +83,8 @@ class Link:
         if self.approx == "probit":
             # dist(mean, cov).proba() without building the logit Gaussian: same numbers.
             mean, cov = mean.cpu().numpy(), cov.cpu().numpy()
+            if self.multilabel:
+                return multilabel_probit_proba(mean, np.diagonal(cov, axis1=1, axis2=2))
             if self.single_logit:
                 return binary_probit_proba(mean[:, 0], np.maximum(cov[:, 0, 0], 0.0))
             return probit_link(mean, cov)
@@ -84,7 +95,12 @@ class Link:
         return by_rows(self.proba, (mean, cov), self.row_bytes(mean.shape[1]))
 
     def scorers(self):
-        """NLLs of held-out labels under the GLM moments' and the logit draws' predictive."""
+        """NLLs of held-out labels under the GLM moments' and the logit draws' predictive
+        (multilabel: summed over the labels of a row)."""
+        if self.multilabel:
+            return (lambda f, cov, y: multilabel_nll(self.proba_by_rows(f, cov), y.cpu()),
+                    lambda samples, y: multilabel_nll(self.sampled_dist(samples).proba(),
+                                                      y.cpu()))
         return (lambda f, cov, y: _label_nll(self.proba_by_rows(f, cov), y),
                 lambda samples, y: _label_nll(self.sampled_dist(samples).proba(), y))
 
@@ -104,8 +120,10 @@ class ClassifierPredictive:
 
         Returns
         -------
-        dist : LogitGaussianPrediction
-            ``dist.proba()`` equals ``predict_proba(X)``.
+        dist : LogitGaussianPrediction or MultilabelPrediction
+            ``dist.proba()`` equals ``predict_proba(X)``. Multilabel: a
+            ``MultilabelPrediction``, the Gaussian over the labels' logits with
+            one sigmoid per label.
         """
         check_is_fitted(self)
         Xt, fitted = self._X_tensor(X), self.laplace_
@@ -115,12 +133,17 @@ class ClassifierPredictive:
         mean, cov = fitted.glm_moments(Xt)
         return self._link().dist(mean, cov)
 
+    @property
+    def _multilabel(self):
+        """Whether the fit is multilabel (one sigmoid per label of an indicator y)."""
+        return self.laplace_.likelihood.multilabel
+
     def _link(self, likelihood=None, seed=None):
         """The :class:`Link` of the fit (or of ``likelihood`` and ``seed`` during one)."""
         fitted = self.__dict__.get("laplace_")
-        return Link(self.link_approx,
-                    (fitted.likelihood if likelihood is None else likelihood).single_logit,
-                    self.n_samples, fitted.prediction_seed if seed is None else seed)
+        likelihood = fitted.likelihood if likelihood is None else likelihood
+        return Link(self.link_approx, likelihood.single_logit, self.n_samples,
+                    fitted.prediction_seed if seed is None else seed, likelihood.multilabel)
 
     @thread_policy
     @torch_entry_point
@@ -135,7 +158,8 @@ class ClassifierPredictive:
         Returns
         -------
         proba : ndarray of shape (n_samples, n_classes)
-            Predictive probability of each class; rows sum to 1.
+            Predictive probability of each class; rows sum to 1. Multilabel:
+            each label's probability (rows need not sum to 1).
         """
         check_is_fitted(self)
         Xt, fitted, link = self._X_tensor(X), self.laplace_, self._link()
@@ -169,7 +193,10 @@ class ClassifierPredictive:
     def decision_function(self, X):
         """Compute the log-odds of the Laplace predictive.
 
-        Binary: log p₁ − log p₀, shape (n_samples,); multi-class: ``predict_log_proba``.
+        Binary: log p₁ − log p₀, shape (n_samples,); multi-class: ``predict_log_proba``;
+        multilabel: the mean of each label's logit (of the GLM predictive, or of the
+        sampled nets' logits), shape (n_samples, n_labels), positive where the probit
+        probability exceeds 0.5.
 
         Parameters
         ----------
@@ -179,9 +206,12 @@ class ClassifierPredictive:
         Returns
         -------
         scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
-            Log-odds of ``classes_[1]`` for two classes, else the log
-            probabilities.
+            Log-odds of ``classes_[1]`` for two classes, the logit means per
+            label for a multilabel fit, else the log probabilities.
         """
+        check_is_fitted(self)
+        if self._multilabel:
+            return self.predict_dist(X).logit_mean
         log_proba = self.predict_log_proba(X)
         if len(self.classes_) == 2:
             return log_proba[:, 1] - log_proba[:, 0]
@@ -199,10 +229,13 @@ class ClassifierPredictive:
 
         Returns
         -------
-        y_pred : ndarray of shape (n_samples,)
-            Predicted class labels, from ``classes_``.
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_labels)
+            Predicted class labels, from ``classes_``; multilabel: the indicator
+            matrix of the labels whose probability exceeds 0.5.
         """
         check_is_fitted(self)
+        if self._multilabel:  # the indicator matrix, as MLPClassifier's
+            return (self.predict_proba(X) > 0.5).astype(int)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     @thread_policy

@@ -16,7 +16,7 @@ import torch
 from sklearn.base import _fit_context, clone
 from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.multiclass import check_classification_targets, is_multilabel
 
 from . import _policy as policy
 from ._fitting import fit_laplace
@@ -224,10 +224,14 @@ class ClassifierPartialFit:
         ------
         ValueError
             If ``classes`` is missing on the first call or disagrees with
-            ``classes_``, a label is not in ``classes``, or
-            ``class_weight="balanced"``.
+            ``classes_``, a label is not in ``classes``,
+            ``class_weight="balanced"``, or ``y`` or the fit is multilabel.
         """
         first = is_first_call(self)
+        if is_multilabel(y) or not first and self.laplace_.likelihood.multilabel:
+            raise ValueError(
+                "partial_fit takes one class label per row; multilabel (an indicator matrix "
+                "y) is fitted by fit only.")
         X_checked, y_checked = validate_numeric(self, X, y, reset=first,
                                                 dtype=[np.float64, np.float32])
         check_classification_targets(y_checked)

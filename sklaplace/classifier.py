@@ -5,13 +5,14 @@ from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.frozen import FrozenEstimator
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.class_weight import compute_sample_weight
-from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.multiclass import check_classification_targets, is_multilabel
 
 from . import _policy as policy
 from ._base import BaseLaplace, keeps_state_on_failure
 from ._classifier_predictive import ClassifierPredictive
 from ._continual import ClassifierPartialFit
 from ._laplace.workflow import torch_entry_point
+from ._multilabel import multilabel_likelihood, multilabel_targets
 from ._threads import thread_policy
 from ._validation import (CLASSIFIER_CONSTRAINTS, check_fit_weight, validate_numeric,
                           without_zero_weights)
@@ -24,7 +25,9 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     Trains a skorch net to the MAP (the prior as weight decay), fits a Gaussian
     posterior around it from the curvature and predicts with the linearized
     (GLM) predictive. Binary problems with the default MLP use one logit
-    (Bernoulli likelihood), multi-class problems one logit per class.
+    (Bernoulli likelihood), multi-class problems one logit per class, and a
+    multilabel ``y`` (an indicator matrix, as ``MLPClassifier`` takes) one
+    sigmoid per label: ``predict_proba`` (n, L) is then per label.
 
     Parameters
     ----------
@@ -138,7 +141,7 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         1,000 draws; on digits the probit was the better of the two). For two
         classes the probit is the binary one of f1 − f0; the bridge's mean is the MAP probability (its two logits have
         one variance, which cancels): its uncertainty is only in
-        ``predict_dist``.
+        ``predict_dist``. Multilabel: per label (``"bridge"`` refused).
     n_samples : int, default=100
         Samples of the ``"mc"`` link and of ``pred_type="nn"``.
     extrapolation_variance : "auto", float >= 0 or None, default="auto"
@@ -177,6 +180,7 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         Weights of the classes as in ``LogisticRegression``: each row's weight
         (multiplied into ``sample_weight``) is ``class_weight[y_i]``;
         ``"balanced"`` uses ``n_samples / (n_classes * np.bincount(y))``.
+        Refused for a multilabel ``y`` (use ``sample_weight``).
     online_frequency : int, default=5
         Online tuning: epochs F between hyperparameter updates.
     online_burn_in : int, default=0
@@ -231,7 +235,8 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     net_ : skorch NeuralNet
         The fitted network (the frozen one for ``FrozenEstimator``).
     classes_ : ndarray of shape (n_classes,)
-        The class labels seen in ``fit`` (or given to ``partial_fit``).
+        The class labels seen in ``fit`` (or given to ``partial_fit``);
+        multilabel: ``arange(n_labels)``, as ``MLPClassifier``'s.
     prior_precision_ : float or ndarray
         Prior precision after tuning, in the form of ``prior_precision``.
     subset_of_weights_ : str
@@ -288,7 +293,7 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     (2, 2)
     """
 
-    _likelihood_kinds = ("categorical", "bernoulli")
+    _likelihood_kinds = ("categorical", "bernoulli", "multilabel")
     _parameter_constraints = CLASSIFIER_CONSTRAINTS
 
     def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
@@ -348,8 +353,8 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         ----------
         X : array-like of shape (n_samples, n_features)
             Training data.
-        y : array-like of shape (n_samples,)
-            Class labels of any type.
+        y : array-like of shape (n_samples,) or (n_samples, n_labels)
+            Class labels of any type, or a multilabel indicator matrix of 0/1.
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative row weights w_i multiplying each row's log-likelihood
             everywhere: the MAP objective (Σ w_i·nll_i / T + δ/2·‖θ‖², i.e. N
@@ -374,6 +379,10 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
 
     def _fit_rows(self, X, y, sample_weight=None, task=None):
         """``fit``'s body; ``task``: the first ``partial_fit`` call's (its classes)."""
+        if task is None and is_multilabel(y):  # one Bernoulli logit per label
+            X, y, sample_weight = multilabel_targets(self, X, y, sample_weight)
+            self.classes_ = np.arange(y.shape[1])  # as MLPClassifier's for an indicator y
+            return self._fit(X, y, "multilabel", y.shape[1], sample_weight=sample_weight)
         X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32])
         sample_weight = check_fit_weight(sample_weight, X)
         check_classification_targets(y)
@@ -399,19 +408,27 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         return policy.classifier_tuning(n_rows, self.validation_fraction, self.prior_structure,
                                         isinstance(self.net, FrozenEstimator), self.refine)
 
+    def _likelihood(self, name, default):
+        return (multilabel_likelihood(name) if default == "multilabel"
+                else super()._likelihood(name, default))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_label = True
+        return tags
+
     def _check_outputs(self, likelihood, n_outputs, n_out):
         if likelihood.single_logit and len(self.classes_) != 2:
             raise ValueError(
                 f"The net's criterion BCEWithLogitsLoss (one logit, Bernoulli) models two "
                 f"classes but y has {len(self.classes_)}; use CrossEntropyLoss with one output "
-                "per class."
-            )
+                "per class.")
         expected = likelihood.n_outputs(len(self.classes_))
         if n_out != expected:
             raise ValueError(
                 f"The network outputs {n_out} values per row but the {likelihood.name} "
-                f"likelihood with {len(self.classes_)} classes needs {expected}."
-            )
+                f"likelihood with {len(self.classes_)} "
+                f"{'labels' if likelihood.multilabel else 'classes'} needs {expected}.")
 
     @thread_policy
     @torch_entry_point

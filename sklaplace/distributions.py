@@ -18,18 +18,21 @@ from ._checks import _check_confidence, _check_n_samples
 from ._dirichlet import DirichletPrediction
 from ._links import (_psd_sqrt, _sample_logits, binary_probit_proba, bridge_alpha,
                      centered_logit_var, mc_proba, mean_field_proba, probit_link, probit_proba)
+from ._multilabel import MultilabelPrediction, multilabel_probit_proba
 from ._scipy_like import _NormalScipyMixin, _RowsMixin
 
 __all__ = [
     "probit_proba",
     "mean_field_proba",
     "binary_probit_proba",
+    "multilabel_probit_proba",
     "centered_logit_var",
     "bridge_alpha",
     "mc_proba",
     "NormalPrediction",
     "LogitGaussianPrediction",
     "DirichletPrediction",
+    "MultilabelPrediction",
 ]
 
 _LINKS = ("probit", "bridge", "mc", "nn")

@@ -18,6 +18,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._checks import _check_sample_weight
+from ._multilabel import MultilabelPrediction, label_entropy
 from .distributions import _entropy
 
 __all__ = ["ood_scores", "ood_detection_metrics", "LaplaceOODDetector"]
@@ -70,6 +71,10 @@ def ood_scores(estimator, X, *, kind="max_proba"):
         - ``"entropy"``: entropy of the predictive (total uncertainty), in nats.
         - ``"mutual_information"``: mutual information between label and weights
           (epistemic uncertainty).
+        - Multilabel (a ``MultilabelPrediction``, or ``predict_proba`` rows that do not
+          sum to one): ``"max_proba"`` is ``1 - mean_l max(p_l, 1 - p_l)``, the entropy
+          and the mutual information are summed over the labels, and
+          ``"dirichlet_precision"`` is refused.
         - ``"dirichlet_precision"``: ``-log(alpha_0)``, with ``alpha_0 = sum_c alpha_c`` the
           precision of the Laplace-bridge Dirichlet (low precision = OOD).
         - ``"std"`` (regressors): predictive standard deviation, averaged over outputs for
@@ -120,7 +125,8 @@ def ood_scores(estimator, X, *, kind="max_proba"):
                 "For regressors use kind='std'."
             )
         if kind == "max_proba":
-            return 1.0 - np.asarray(dist.proba(), dtype=float).max(axis=1)
+            return _one_minus_confidence(np.asarray(dist.proba(), dtype=float),
+                                         isinstance(dist, MultilabelPrediction))
         if kind == "entropy":
             return np.asarray(dist.entropy(), dtype=float)
         if kind == "mutual_information":
@@ -129,12 +135,22 @@ def ood_scores(estimator, X, *, kind="max_proba"):
         return -np.log(alpha.sum(axis=1))
 
     if kind in ("max_proba", "entropy") and hasattr(est, "predict_proba"):
-        proba = np.asarray(est.predict_proba(Xt), dtype=float)
-        return 1.0 - proba.max(axis=1) if kind == "max_proba" else _entropy(np.clip(proba, 0.0, 1.0))
+        proba = np.clip(np.asarray(est.predict_proba(Xt), dtype=float), 0.0, 1.0)
+        multilabel = not np.allclose(proba.sum(axis=1), 1.0, atol=1e-6)
+        if kind == "max_proba":
+            return _one_minus_confidence(proba, multilabel)
+        return label_entropy(proba) if multilabel else _entropy(proba)
     raise ValueError(
         f"kind={kind!r} needs an estimator with predict_dist (a Laplace estimator); "
         f"{name} has none."
     )
+
+
+def _one_minus_confidence(proba, multilabel):
+    """1 − the confidence of each row: max_c p_c, or per label max(p, 1 − p) averaged."""
+    if multilabel:
+        return 1.0 - np.maximum(proba, 1.0 - proba).mean(axis=1)
+    return 1.0 - proba.max(axis=1)
 
 
 def ood_detection_metrics(y_ood, scores, *, sample_weight=None):

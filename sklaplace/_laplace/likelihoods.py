@@ -18,7 +18,7 @@ with a trailing weight column), the number of logits for ``n_classes`` classes
 (``n_outputs``), its full negative log-likelihood at a noise σ (``noisy_nll``) and
 the torch loss whose Hessian BackPACK propagates (``loss_module``).
 
-The *name* (``"categorical"``, ``"bernoulli"``, ``"gaussian"``) is what crosses the
+The *name* (``"categorical"``, ``"bernoulli"``, ``"multilabel"``, ``"gaussian"``) is what crosses the
 boundary to skorch (``criterion__likelihood``) and to pickles; :func:`get` turns it
 into the object.
 """
@@ -35,6 +35,7 @@ class _Likelihood:
     name = None
     has_noise = False  # an observation noise σ (scales the log-likelihood and Λ)
     single_logit = False  # one logit for two classes
+    multilabel = False  # one sigmoid per label of an indicator matrix
 
     def __reduce__(self):  # stateless: pickles as its name
         return get, (self.name,)
@@ -90,7 +91,12 @@ class Categorical(_Likelihood):
 
 
 class Bernoulli(_Likelihood):
-    """Sigmoid likelihood of a single logit (binary classification)."""
+    """Sigmoid likelihood of each output, independent across outputs.
+
+    One logit models two classes (binary classification); ``L`` logits model ``L``
+    labels of a row (:class:`Multilabel`). The negative log-likelihood sums over the
+    outputs and Λ is diagonal, p(1 − p) per output.
+    """
 
     name = "bernoulli"
     single_logit = True
@@ -102,22 +108,34 @@ class Bernoulli(_Likelihood):
         return np.asarray(y).astype(np.float32)
 
     def targets(self, y):
-        return y.reshape(y.shape[0], -1)[:, 0].to(torch.float64)
+        y = y.reshape(y.shape[0], -1).to(torch.float64)
+        return y[:, 0] if self.single_logit else y
 
     def loss_module(self, out_scale):
         return nn.BCEWithLogitsLoss(reduction="sum"), torch.zeros_like, 1.0
 
     def nll(self, f, y):
         return F.binary_cross_entropy_with_logits(
-            f[:, 0], y.to(f.dtype), reduction="none"
-        )
+            f, y.to(f.dtype).reshape(f.shape), reduction="none").sum(-1)
 
     def residual(self, f, y):
-        return torch.sigmoid(f) - y.to(f.dtype).reshape(-1, 1)
+        return torch.sigmoid(f) - y.to(f.dtype).reshape(f.shape)
 
     def sqrt_hessian(self, f):
         p = torch.sigmoid(f)
-        return (p * (1 - p)).sqrt().unsqueeze(-1)
+        return torch.diag_embed((p * (1 - p)).sqrt())
+
+
+class Multilabel(Bernoulli):
+    """Bernoulli likelihood of ``L`` labels per row (an indicator matrix): one logit per
+    label, the per-label sigmoids independent given the logits."""
+
+    name = "multilabel"
+    single_logit = False
+    multilabel = True
+
+    def n_outputs(self, n_classes):
+        return n_classes
 
 
 class Gaussian(_Likelihood):
@@ -187,7 +205,8 @@ def _zero_labels(f):
     return f.new_zeros(f.shape[0], dtype=torch.long)
 
 
-LIKELIHOODS = {"categorical": Categorical, "bernoulli": Bernoulli, "gaussian": Gaussian}
+LIKELIHOODS = {"categorical": Categorical, "bernoulli": Bernoulli, "multilabel": Multilabel,
+               "gaussian": Gaussian}
 
 
 def get(likelihood):
