@@ -2,8 +2,8 @@
 
 Every reference is built independently of sklaplace: per-row Jacobians with
 ``torch.func.jacrev`` through ``functional_call`` on a flat parameter vector, the
-output Hessian Λ written out by hand (softmax diag(p) − ppᵀ, Bernoulli p(1 − p),
-Gaussian diag(1/σ_c²)), per-row gradients of a hand-written negative
+output Hessian Λ written out by hand (softmax diag(p) − ppᵀ, Bernoulli p(1 − p), per
+label diag(p(1 − p)) for multilabel, Gaussian diag(1/σ_c²)), per-row gradients of a hand-written negative
 log-likelihood for the empirical Fisher, and dense ``torch.linalg`` inverses and
 log-determinants.
 
@@ -34,7 +34,7 @@ from sklaplace._laplace.subsets import last_layer as last_layer_module
 from sklaplace._laplace.subsets import AllWeights, LastLayer, Subnetwork
 
 DT = torch.float64
-N_OUT = {"categorical": 3, "bernoulli": 1, "gaussian": 2}
+N_OUT = {"categorical": 3, "bernoulli": 1, "multilabel": 3, "gaussian": 2}
 GAUSS_SCALE = torch.tensor([2.0, 0.5], dtype=DT)  # out_scale = 1/σ_c, σ = (0.5, 2)
 SUBNET_IDX = [0, 3, 7, 12, 14, 15, 17, 18, 19, 20]  # spans both layers; < P for every net
 S = 1.7  # an arbitrary curvature scale s
@@ -80,6 +80,8 @@ def ref_nll_f(lik, f, y):
         return -(f[y] - torch.logsumexp(f, 0))
     if lik == "bernoulli":
         return torch.nn.functional.softplus(f[0]) - y * f[0]
+    if lik == "multilabel":
+        return (torch.nn.functional.softplus(f) - y * f).sum()
     return 0.5 * ((y - f) ** 2).sum()
 
 
@@ -181,7 +183,7 @@ def check_against_matrix(post, H_ref, delta, s, J_test):
 
 
 # --------------------------------------------------------------------------- raw curvature
-LIKS = ["categorical", "bernoulli", "gaussian"]
+LIKS = ["categorical", "bernoulli", "multilabel", "gaussian"]
 SUBSETS = ["all", "last_layer", "subnetwork"]
 
 
@@ -252,7 +254,7 @@ def test_diag_matches_bruteforce(lik, kind, curvature):
 
 
 # --------------------------------------------------------------------------- lowrank
-@pytest.mark.parametrize("lik", ["categorical", "gaussian"])
+@pytest.mark.parametrize("lik", ["categorical", "multilabel", "gaussian"])
 @pytest.mark.parametrize("kind", ["all", "subnetwork"])
 @pytest.mark.parametrize("curvature", ["ggn", "ef"])
 @pytest.mark.parametrize("n_rows", [40, 3])
