@@ -30,7 +30,7 @@ from ._laplace.hyperparameters import Hyperparameters, weighted_spread
 from ._laplace.online import OnlineEvidence
 from ._laplace.prior import tensor_sizes
 from ._laplace.subsets import AllWeights, _to_module
-from ._threads import seeded
+from ._laplace.threads import seeded
 
 
 def settings_of(estimator):

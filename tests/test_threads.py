@@ -97,7 +97,7 @@ def test_threaded_grid_search_leaves_thread_settings_as_found():
 def test_overlapping_blas_limits_restore_the_pools_and_keep_foreign_settings():
     # A enters (lowers), B enters (changes nothing), A leaves (restores), B leaves
     inside, after, foreign = _in_a_clean_process("""
-        from sklaplace._threads import single_threaded_blas
+        from sklaplace._laplace.threads import single_threaded_blas
 
         steps = {name: threading.Event() for name in ("a_in", "b_in", "a_out")}
         inside = []  # in B: while A is inside, after A left

@@ -19,7 +19,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .curvature import noise_power
 from .likelihoods import gaussian_log_likelihood
-from .._threads import single_threaded_blas
+from .threads import single_threaded_blas
 
 LOG_PRIOR_BOUNDS = (math.log(1e-4), math.log(1e4))
 

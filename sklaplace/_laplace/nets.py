@@ -32,7 +32,7 @@ from torch import nn
 
 from . import likelihoods, progress
 from .convergence import fit_net, warn_not_converged
-from .._threads import seeded
+from .threads import seeded
 from .workflow import interrupts_recorded
 
 DIVERGENCE_FACTOR = 1e3  # final / initial training loss beyond which training diverged
