@@ -26,7 +26,7 @@ residuals.  Beside these in-distribution columns, the columns where the data
 change (``--no-shift`` leaves them out; see :mod:`benchmarks.shift`):
 confidence on the test rows' scaled features ×3, unseen-class AUROC (the last
 class left out of training) and extrapolation along the first principal
-component, with the two-sided targets of issue #32.
+component, with the two-sided targets.
 
 Every data set is split into random 75/25 train/test partitions (stratified for classification), seeded from the data set's name; sets larger
 than ``--max-rows`` (2,000) are first cut to a seeded random subset of that
@@ -468,7 +468,7 @@ def report(records, warned, datasets, header):
                 parts.append(f"### {task} — {title}\n\n"
                              + markdown_table(agg, have, METHODS[task], metric))
     parts.append("### targets\n\n" + "\n".join(targets(agg, datasets)))
-    parts.append("### two-sided targets (issue #32)\n\n"
+    parts.append("### two-sided targets\n\n"
                  + "\n".join(shift.targets(agg, datasets)))
     errors = Counter((r["method"] + (f" ({r['protocol']})" if "protocol" in r else ""),
                       r["error"]) for r in records if "error" in r)

@@ -1,4 +1,4 @@
-"""The all-weights predictive at scale under load (issue #33): ``python -m benchmarks.predict_load``.
+"""The all-weights predictive at scale under load: ``python -m benchmarks.predict_load``.
 
 N = 20,000 synthetic rows (``benchmarks.scale.make_data``), a 2×256 ReLU net (P = 81,418, 10
 classes) trained 2 epochs, the all-weights Kronecker and diagonal LA; ``predict_proba`` of the

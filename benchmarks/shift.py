@@ -1,4 +1,4 @@
-"""The two-sided scoreboard: the defaults scoreboard where the data change (issue #32).
+"""The two-sided scoreboard: the defaults scoreboard where the data change.
 
 ``python -m benchmarks defaults`` scores every method in distribution (random
 75/25 splits, :mod:`.defaults`).  This module adds, on every set it covers:
@@ -318,7 +318,7 @@ def _leq(a, b):
 
 
 def targets(agg, datasets):
-    """Lines of the two-sided targets (issue #32), then the same comparisons against the ensemble.
+    """Lines of the two-sided targets, then the same comparisons against the ensemble.
 
     Each target counts only the sets where both sides have a value; a target
     without any such set reads ``n/a``.

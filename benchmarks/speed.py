@@ -29,7 +29,7 @@ two libraries interleaved run by run so that machine load hits both alike):
    N = ``--scale-rows`` on ``--device`` (default: cuda if present, else cpu); see
    :mod:`benchmarks.scale`.
 7. ``backends`` (not in the default sections): our curvature pass for nn.Linear
-   nets against BackPACK's on the same net and data (issue #17's measurement).
+   nets against BackPACK's on the same net and data.
 8. ``threads`` (not in the default sections): torch's default threads against
    sklaplace's thread policy, idle and beside a CPU-bound process; see
    :mod:`benchmarks.threads`.
@@ -540,7 +540,7 @@ def section_bridge(repeats, out):
 
 # ---------------------------------------------------------------- curvature backends
 def section_backends(repeats, out, n_large=20_000):
-    """Issue #17's measurement: our own KFLR / diagonal pass for nets of nn.Linear layers
+    """Our own KFLR / diagonal pass for nets of nn.Linear layers
     against BackPACK's (``DiagGGNExact``, ``KFLR``) on the same net, data and likelihood,
     GGN, all weights: the curvature alone (no decomposition), and the largest relative
     difference of the results (they compute the same quantity)."""

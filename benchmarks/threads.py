@@ -1,4 +1,4 @@
-"""The ``threads`` section of ``python -m benchmarks speed`` (issue #33, "no thread storms").
+"""The ``threads`` section of ``python -m benchmarks speed`` (no thread storms).
 
 Times two workloads with torch's default intra-op threads (all cores; the policy
 switched off with ``SKLAPLACE_NUM_THREADS=<cores>``) and with sklaplace's thread

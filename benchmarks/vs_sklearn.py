@@ -1,6 +1,6 @@
 """``python -m benchmarks speed --sections sklearn``: the default fit against scikit-learn's MLP.
 
-Issue #33's comparison as a user makes it: each timing is a fresh Python process with the
+The comparison as a user makes it: each timing is a fresh Python process with the
 threads a user has (no pinning), timing ``fit`` alone (imports and data loading excluded,
 after one tiny warm-up fit of the same estimator in that process), the default
 ``LaplaceClassifier()`` / ``LaplaceRegressor()`` against ``MLPClassifier(max_iter=1000)`` /

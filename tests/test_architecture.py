@@ -1,4 +1,4 @@
-"""The package's structure (issue #34): short modules, no import cycles, a core that
+"""The package's structure: short modules, no import cycles, a core that
 never sees an estimator, a fit that produces one immutable object.
 
 The imports are read from the source (every ``import`` statement, also those inside

@@ -95,7 +95,7 @@ def test_partial_fit_records_its_own_training():
 
 
 def test_partial_fit_far_from_the_first_task_warns():
-    # issue 35 item 9: the second task's targets lie ~1000 units away; 50 Adam epochs
+    # The second task's targets lie ~1000 units away; 50 Adam epochs
     # from the first task's weights end far from them, and said nothing before
     rng = np.random.default_rng(0)
     w = np.array([1.0, -2.0, 0.5])

@@ -1,4 +1,4 @@
-"""The default estimators against their own MAP on held-out data (issue #16).
+"""The default estimators against their own MAP on held-out data.
 
 Before the defaults were chosen on the scoreboard, the default LaplaceClassifier's
 held-out NLL was 1.6× (breast cancer) and 2.9× (digits) its own MAP's (scoreboard means).
@@ -40,8 +40,8 @@ def test_default_classifier_is_no_worse_than_its_map(loader):
     assert est.hyperparameter_tuning_ == "cv"
     la = log_loss(yte, est.predict_proba(Xte))
     map_ = log_loss(yte, _map_proba(est, Xte))
-    # The held-out choice keeps the broadest posterior the held-out rows cannot reject
-    # (issue #32), at a cost within the issue's bound (the default of issue #16 was 1.6× /
+    # The held-out choice keeps the broadest posterior the held-out rows cannot reject,
+    # at a cost within the bound (the evidence-tuned default before it cost 1.6× /
     # 2.9× the MAP's NLL on the scoreboard).
     assert la <= map_ + max(0.01, 0.03 * map_)
 

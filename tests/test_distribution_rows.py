@@ -1,5 +1,5 @@
 """The predictive distributions as frozen scipy distributions: scipy's methods on the same
-parameters, row selection and len (issue #36)."""
+parameters, row selection and len."""
 
 import numpy as np
 import pytest

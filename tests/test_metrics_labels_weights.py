@@ -1,4 +1,4 @@
-"""Metrics and Displays take labels (as log_loss) and sample_weight (issue #36): against
+"""Metrics and Displays take labels (as log_loss) and sample_weight: against
 scikit-learn's metrics where both exist, else against the same rows repeated."""
 
 import warnings

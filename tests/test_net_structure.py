@@ -1,10 +1,10 @@
-"""Nets the fast paths must not misread (session 10's adversarial findings).
+"""Nets the fast paths must not misread.
 
 The per-layer paths (Jacobians g ⊗ a, our KFLR and exact diagonal) and the last-layer
 LA assume each nn.Linear weight is used once, by its own layer, and that the output is
 the last layer's. Every test below returned a wrong number without a word before the
 fix: tied weights, a weight read by ``F.linear`` elsewhere, a layer run twice or on
-rows flattened into the batch dimension (session 11), a last
+rows flattened into the batch dimension, a last
 layer run twice or followed by a ReLU that is the identity on the first rows, a frozen
 net left in train mode by skorch, a frozen last-layer bias; and for the regressor the
 GP predictive at the initial per-output σ and ``sigma_noise_`` of multi-output y.

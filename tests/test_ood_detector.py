@@ -1,4 +1,4 @@
-"""LaplaceOODDetector (scikit-learn's outlier API) and sklaplace.predict_dist (issue #36)."""
+"""LaplaceOODDetector (scikit-learn's outlier API) and sklaplace.predict_dist."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The variance outside the training range (``extrapolation_variance``, issue #32).
+"""The variance outside the training range (``extrapolation_variance``).
 
 The kernel against its definition (a Bayesian linear model of ReLU features beyond
 the range, integrated numerically), its samples against its variance, the

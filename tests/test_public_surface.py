@@ -20,7 +20,7 @@ def test_top_level_names():
         assert hasattr(sklaplace, name)
 
 
-def test_issue_36_names():
+def test_scorers_and_the_ood_detector_are_public():
     import sklaplace.metrics
     import sklaplace.ood
 

@@ -524,9 +524,9 @@ def test_default_tuning_with_refine_predicts_well_on_held_out_data(refine, struc
     clf = LaplaceClassifier(refine=refine, hessian_structure=structure, random_state=0)
     clf.fit(X_train, y_train)
     assert clf.hyperparameter_tuning_ == "evidence"
-    # δ tuned at the refined mode (#35): diagonal vi 0.175 → 0.212, diagonal laplace
-    # 0.330 → 0.293 on this split (δ 2.8 → 6.0); with converged training (#33) and the
-    # mean-field probit (#32) diagonal vi 0.266. The failure guarded against is 6.8
+    # δ tuned at the refined mode: diagonal vi 0.175 → 0.212, diagonal laplace
+    # 0.330 → 0.293 on this split (δ 2.8 → 6.0); with converged training and the
+    # mean-field probit diagonal vi 0.266. The failure guarded against is 6.8
     assert log_loss(y_test, clf.predict_proba(X_test)) < 0.3
 
 
@@ -619,7 +619,7 @@ def test_refined_log_evidence_of_linear_regression_is_the_exact_marginal_likelih
 @pytest.mark.parametrize("method", ["laplace", "vi"])
 def test_evidence_tuning_with_refine_is_the_exact_type_ii_maximum_likelihood(method):
     """δ and σ were tuned at the net's weights (δ = 8.6, σ = 2.2 against the exact 0.61 /
-    0.37 on the issue's data, intervals ~6× too wide); tuned at the refined mode until they
+    0.37 on these data, intervals ~6× too wide); tuned at the refined mode until they
     stop moving they are the maximum of the exact marginal likelihood."""
     from scipy.optimize import minimize
 

@@ -1,4 +1,4 @@
-"""Scorers of probabilistic regression, by object in GridSearchCV(scoring=...) (issue #36)."""
+"""Scorers of probabilistic regression, by object in GridSearchCV(scoring=...)."""
 
 import functools
 

@@ -1,4 +1,4 @@
-"""Regression tests for answers that used to be wrong without a word (issue #15).
+"""Regression tests for answers that used to be wrong without a word.
 
 Each test names the defect it guards; all of them failed (wrong number, crash or
 no warning) on the code before the fix.
@@ -269,7 +269,7 @@ def test_full_structure_time_estimate_warns(monkeypatch):
 def test_full_structure_seconds_counts_the_flops():
     from sklaplace._policy import ASSUMED_FLOPS, full_structure_seconds
 
-    # P = 14.4k weights, N·C = 15k (the issue's case): the decomposition dominates.
+    # P = 14.4k weights, N·C = 15k: the decomposition dominates.
     assert full_structure_seconds(15_000, 1, 14_400) * ASSUMED_FLOPS == pytest.approx(
         15_000 * 14_400**2 + 10 * 14_400**3)
     assert full_structure_seconds(15_000, 1, 14_400) > base_budget()

@@ -1,4 +1,4 @@
-"""Fits in threads: the process's thread settings and random_state (issues #33, #35)."""
+"""Fits in threads: the process's thread settings and random_state."""
 
 import json
 import os
@@ -70,7 +70,7 @@ def blas_threads():
 
 
 def test_threaded_grid_search_leaves_thread_settings_as_found():
-    # issue #35 item 4: two overlapping fits each limited the process-wide BLAS pools and
+    # Two overlapping fits each limited the process-wide BLAS pools and
     # restored the other's lowered value ([2, 2] before, [1, 1] after)
     before, after = _in_a_clean_process("""
         from joblib import parallel_backend
@@ -144,7 +144,7 @@ class _DropoutMLP(torch.nn.Module):
 
 
 def test_random_state_is_honoured_under_the_threading_backend(iris):
-    # issue #35 item 5: shuffling and dropout draw from torch's global generator, which
+    # Shuffling and dropout draw from torch's global generator, which
     # concurrent fits shared: every threaded run gave other scores
     from sklearn.model_selection import cross_val_score
     from skorch import NeuralNetClassifier

@@ -1,4 +1,4 @@
-"""Issue #32: the default posterior must not be a MAP in disguise.
+"""The default posterior must not be a MAP in disguise.
 
 The link (mean-field probit against many-draw Monte Carlo), the held-out rule
 that keeps the widest posterior the held-out rows cannot reject, its warning at
@@ -149,7 +149,7 @@ def test_evidence_scorer_scores_the_evidence_optimum_of_a_cv_fit():
 
 
 def test_default_classifier_on_digits_backs_off_within_the_bound():
-    # Issue #32's acceptance on digits (20 epochs): confidence on ×3 rows at least 0.02 below
+    # The two-sided bound on digits (20 epochs): confidence on ×3 rows at least 0.02 below
     # the MAP's at an in-distribution cost within max(0.01, 3 %). δ alone could not (5.6e3
     # here, confidence 0.981 vs 0.983): the variance outside the training range does.
     # Measured on this split: confidence 0.633 vs 0.983 (σ² = 10), NLL 0.0826 vs 0.0785.

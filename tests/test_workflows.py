@@ -1,4 +1,4 @@
-"""The workflows around the core (issue #35): Ctrl-C, torch's grad modes, partial_fit
+"""The workflows around the core: Ctrl-C, torch's grad modes, partial_fit
 with another architecture, pickles of a CUDA fit on a CPU-only machine."""
 
 import pickle

@@ -11,7 +11,7 @@ and by at most ``MAX_HELD_OUT_COST`` = 0.002 nats per row: the held-out minimum 
 near-ties broken towards the broad side. A held-out set of a few dozen rows cannot tell near-ties apart, and among them the
 widest posterior is the one that knows what it does not know: near-ties towards the
 MAP (the largest δ, the rule's earlier direction) collapsed the posterior onto the
-MAP on most sets, so the LA was its plug-in softmax in disguise (issue #32).
+MAP on most sets, so the LA was its plug-in softmax in disguise.
 
 The search is a grid over log10 δ: after one pass of Jacobians over the held-out rows,
 every grid point costs O(n·C²·r) for the full and low-rank structures (through

@@ -1,4 +1,4 @@
-"""The workflows around the core (issue #35): interrupts, torch's grad modes, pickles
+"""The workflows around the core: interrupts, torch's grad modes, pickles
 across devices (the architecture of later ``partial_fit`` calls: ``sklaplace._continual``).
 
 - :func:`torch_entry_point` decorates the public methods: the library needs autograd
