@@ -38,8 +38,7 @@ exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py",
                     "**/sg_execution_times.rst"]
 templates_path = ["_templates"]
 html_static_path = ["_static"]
-suppress_warnings = ["config.cache",  # sphinx-gallery's configuration holds functions
-                     "myst.header"]  # the benchmark pages' tables use deep heading levels
+suppress_warnings = ["config.cache"]  # sphinx-gallery's configuration holds functions
 
 # --- API reference: one page per public name (docs/api.rst lists them, autosummary writes them)
 autosummary_generate = True

@@ -280,7 +280,7 @@ def _outside_variance(s, hyper, tuning, task, validation, moments, X, y, weight,
     predictives, unrefined; not on ``"cv"``'s held-out pass); else 0 — the regressor's
     "auto" too: a Gaussian's NLL grows with log σ² without bound where a class
     probability's cost stops at log C, and the choice made the extrapolation NLL worse
-    on 4 of 9 sets (docs/benchmarks.md). In ``partial_fit`` the range covers every task."""
+    on 4 of 9 sets (docs/defaults.md). In ``partial_fit`` the range covers every task."""
     given = getattr(s, "extrapolation_variance", None)
     earlier = None if task is None else task.outside
     kernel = None

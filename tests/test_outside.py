@@ -207,7 +207,7 @@ def test_regressor_adds_the_variance_in_model_units_and_to_the_joint_covariance(
         on = LaplaceRegressor(extrapolation_variance=2.0, **common).fit(X, y)
         off = LaplaceRegressor(extrapolation_variance=0, **common).fit(X, y)
         auto = LaplaceRegressor(**common).fit(X, y)
-    assert auto.extrapolation_variance_ == 0  # the regressor's "auto" (docs/benchmarks.md)
+    assert auto.extrapolation_variance_ == 0  # the regressor's "auto" (docs/defaults.md)
     rows = np.vstack([X[:3], X.max(0) + X[:3] ** 2 + 0.5])
     std_on, std_off = on.predict(rows, return_std=True)[1], off.predict(rows, return_std=True)[1]
     added = on.laplace_.outside.diag(torch.as_tensor(rows)).numpy() * np.std(y) ** 2
