@@ -84,7 +84,19 @@ def test_last_layer_features_without_hooks_equal_the_hooked_ones(make, plain):
     with torch.no_grad():
         hooked = _layer_input(module, subset.layer_name, X.float())
     torch.testing.assert_close(subset.native_features(X), hooked, rtol=0, atol=0)
-    torch.testing.assert_close(subset.forward(X), module(X.float()).double())
+    # the LA's outputs: the last layer in float64 on the net's (float32) features
+    layer = module.get_submodule(subset.layer_name)
+    weight, bias = layer.weight.detach().double(), layer.bias.detach().double()
+    torch.testing.assert_close(subset.forward(X), hooked.double() @ weight.T + bias,
+                               rtol=1e-12, atol=1e-14)
+    # the float32 net's outputs differ from them by its last layer's rounding alone: at most
+    # γ_{K+1}·(|W||φ| + |b|) for K features, whatever order or FMA the CPU's kernel uses
+    K, u = weight.shape[1], 2.0**-24
+    bound = (K + 1) * u / (1 - (K + 1) * u) * (hooked.double().abs() @ weight.abs().T
+                                                + bias.abs())
+    with torch.no_grad():
+        float32_out = module(X.float()).double()
+    assert torch.all((float32_out - subset.forward(X)).abs() <= bound)
 
 
 @pytest.mark.parametrize("hidden", [(), (6,)])
