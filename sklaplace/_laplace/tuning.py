@@ -25,6 +25,7 @@ import torch
 from scipy.optimize import minimize_scalar
 
 from . import progress
+from .curvature import noise_power
 from .evidence import maximize_evidence
 from .fitted import generator
 from .holdout import (LOG10_PRIOR_GRID, held_out_chunks, one_standard_error_choice,
@@ -84,9 +85,38 @@ def _sampled_moments(subset, X, eps, c_of, sigma):
     return samples.mean(0).cpu().numpy().ravel(), var.cpu().numpy().ravel()
 
 
-def _held_out_gaussian(moments, y, floor, weight=None):
-    """Per-cell held-out Gaussian NLL at the best σ (bounded 1-D search); ``moments(σ)``
-    gives the predictive mean and epistemic variance (flattened); (losses (n·C,), σ)."""
+#: Newton steps at most after the bounded search of σ (GLM moments); they stop once a step
+#: moves log σ by at most this many ulps.
+SIGMA_NEWTON_STEPS = 8
+SIGMA_NEWTON_ULPS = 4
+
+
+def _stationary_log_sigma(t, bounds, y, weight, mean, v, c1, power):
+    """Newton steps on t = log σ from the bounded search's result to the stationary point of
+    the held-out NLL of the GLM moments, var(t) = c1·v·e^(p·t) + e^(2t) (c(σ) = c1·σᵖ).
+
+    The search stops within its ``xatol``, where the rounding of the moments (their sums'
+    order: chunks of rows, the CPU's kernels) decides the point; the stationary point is
+    a function of the moments alone. A step that would leave the bounds, or a curvature
+    that is not positive, keeps the search's t (an optimum at a bound)."""
+    r2, w = (y - mean) ** 2, np.ones_like(y) if weight is None else weight
+    for _ in range(SIGMA_NEWTON_STEPS):
+        a, b = c1 * v * np.exp(power * t), np.exp(2 * t)
+        var, d1, d2 = a + b, power * a + 2 * b, power**2 * a + 4 * b
+        l1, l2 = 0.5 * (1 / var - r2 / var**2), 0.5 * (2 * r2 / var**3 - 1 / var**2)
+        grad, curv = w @ (l1 * d1), w @ (l2 * d1**2 + l1 * d2)
+        if not curv > 0 or not bounds[0] <= t - grad / curv <= bounds[1]:
+            return t
+        t, step = t - grad / curv, grad / curv
+        if abs(step) <= SIGMA_NEWTON_ULPS * np.spacing(max(1.0, abs(t))):
+            break
+    return t
+
+
+def _held_out_gaussian(moments, y, floor, weight=None, polish=None):
+    """Per-cell held-out Gaussian NLL at the best σ (bounded 1-D search, then ``polish(t,
+    bounds, y, weight)`` where given); ``moments(σ)`` gives the predictive mean and
+    epistemic variance (flattened); (losses (n·C,), σ)."""
     y = y.cpu().numpy().ravel()
 
     def losses(log_sigma):
@@ -98,9 +128,11 @@ def _held_out_gaussian(moments, y, floor, weight=None):
     r2 = (y - moments(floor)[0]) ** 2
     upper = np.log(10 * max(np.sqrt(np.average(r2, weights=weight)), floor))
     total = (lambda t: losses(t).sum()) if weight is None else (lambda t: losses(t) @ weight)
-    result = minimize_scalar(total, bounds=(np.log(floor), upper),
-                             method="bounded", options={"xatol": 1e-6})
-    return losses(result.x), float(np.exp(result.x))
+    bounds = (np.log(floor), upper)
+    t = minimize_scalar(total, bounds=bounds, method="bounded", options={"xatol": 1e-6}).x
+    if polish is not None:
+        t = polish(t, bounds, y, weight)
+    return losses(t), float(np.exp(t))
 
 
 def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, sigma, *,
@@ -158,10 +190,14 @@ def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, sigm
             if sampled:
                 eps = _at_prior(posterior, rho, 1.0).sample(n_samples, generator(seed))
                 moments = functools.partial(_sampled_moments, subset, Xv, eps, c_of)
+                polish = None
             else:
                 moments = functools.partial(_scaled_moments, f_np, variances[k].ravel(),
                                             c_of)
-            fits.append(_held_out_gaussian(moments, yv, floor, w_cells))
+                polish = functools.partial(_stationary_log_sigma, mean=f_np,
+                                           v=variances[k].ravel(), c1=c_of(1.0),
+                                           power=noise_power(evidence.curvature))
+            fits.append(_held_out_gaussian(moments, yv, floor, w_cells, polish))
     chosen = one_standard_error_choice([losses for losses, _ in fits], w_cells)
     warn_at_grid_bound(chosen, deltas, name="prior_precision / s(sigma_noise)")
     losses, sigma = fits[chosen]
