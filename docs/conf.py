@@ -80,13 +80,15 @@ html_title = "sklaplace"
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
-    "header_links_before_dropdown": 6,
+    "header_links_before_dropdown": 4,
     "icon_links": [],
     "secondary_sidebar_items": ["page-toc"],
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
-html_sidebars = {"index": []}
+# pages without sub-pages have no section navigation to show
+html_sidebars = {page: [] for page in ("index", "benchmarks", "defaults", "architecture")}
+html_css_files = ["custom.css"]
 html_show_sourcelink = False
 html_copy_source = False
 
