@@ -37,6 +37,9 @@ two libraries interleaved run by run so that machine load hits both alike):
    ``LaplaceRegressor`` fit against ``MLPClassifier`` / ``MLPRegressor(max_iter=1000)`` in
    fresh processes with the threads a user has, idle and beside a CPU-bound process; see
    :mod:`benchmarks.vs_sklearn`.
+10. ``defaults_scale`` (not in the default sections): the default estimators against
+    scikit-learn's MLP at ``--defaults-scale-rows`` rows (time, epochs, peak memory); see
+    :mod:`benchmarks.scale_defaults`.
 
 Peak memory is the growth of the process's peak resident set size during a
 run (``VmHWM`` reset through ``/proc/self/clear_refs``; Linux only, else
@@ -617,7 +620,7 @@ def add_arguments(parser):
     parser.add_argument("--sections", nargs="+", default=["laplace", "map", "scaling",
                                                           "evidence", "bridge"],
                         choices=["laplace", "map", "scaling", "evidence", "bridge", "scale",
-                                 "backends", "threads", "sklearn"])
+                                 "backends", "threads", "sklearn", "defaults_scale"])
     parser.add_argument("--scale-rows", type=int, nargs="+", default=[100_000],
                         help="scale section: training rows (one table per value)")
     parser.add_argument("--device", default=None,
@@ -629,6 +632,12 @@ def add_arguments(parser):
     parser.add_argument("--sklearn-sets", nargs="+", default=None,
                         help="sklearn section: data sets (default: the five bundled with "
                              "scikit-learn; 'all': every scoreboard set)")
+    parser.add_argument("--defaults-scale-rows", type=int, nargs="+",
+                        default=[10_000, 100_000],
+                        help="defaults_scale section: training rows (one row per value)")
+    parser.add_argument("--defaults-scale-tasks", nargs="+", default=None,
+                        choices=["classifier", "regressor"],
+                        help="defaults_scale section: estimators (default: both)")
     parser.add_argument("--out", default=None, help="write the markdown report here")
 
 
@@ -654,6 +663,13 @@ def _sklearn_section(repeats, out, sets=None):
     section_sklearn(repeats, out, SETS if not sets else DATASETS if sets == ["all"] else sets)
 
 
+def _defaults_scale_section(args, out):
+    from .scale_defaults import section_defaults_scale
+
+    section_defaults_scale(out, args.defaults_scale_rows, args.repeats,
+                           args.defaults_scale_tasks)
+
+
 def main(args):
     torch.set_num_threads(args.threads)
     missing = laplace_available()
@@ -673,6 +689,7 @@ def main(args):
         "backends": lambda: section_backends(args.repeats, out),
         "threads": lambda: _threads_section(args.repeats, out),
         "sklearn": lambda: _sklearn_section(args.repeats, out, args.sklearn_sets),
+        "defaults_scale": lambda: _defaults_scale_section(args, out),
     }
     failed = False
     for name in args.sections:

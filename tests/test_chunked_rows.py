@@ -63,3 +63,30 @@ def test_held_out_tuning_with_a_small_budget_equals_the_unchunked(kind, monkeypa
     np.testing.assert_allclose(chunked.validation_nll_, whole.validation_nll_, rtol=1e-12)
     if kind == "regressor":
         np.testing.assert_allclose(chunked.sigma_noise_, whole.sigma_noise_, rtol=1e-12)
+
+
+def test_range_kernel_and_jackknife_distances_by_row_chunks_equal_one_pass(monkeypatch):
+    from sklaplace._laplace import outside
+
+    rng = np.random.RandomState(1)
+    X = torch.as_tensor(rng.normal(size=(57, 3)))
+    X[10, 0] = X[:, 0].max() + 1.0  # alone at the top of coordinate 0
+    X[20, 1] = X[21, 1] = X[:, 1].max() + 0.5  # a tie at the top of coordinate 1
+    weights = [None, torch.as_tensor(rng.choice([0.5, 1.0, 3.0], size=57))]
+    whole = [(outside.RangeKernel.of(X, w), outside.RangeKernel.of(X, w).loo_diag(X, w))
+             for w in weights]
+    monkeypatch.setattr(outside, "CHUNK_BYTES", 8 * 3 * 5)  # five rows per chunk
+    for w, (kernel, loo) in zip(weights, whole):
+        chunked = outside.RangeKernel.of(X, w)
+        torch.testing.assert_close(chunked.scale, kernel.scale, rtol=1e-14, atol=0)
+        torch.testing.assert_close(chunked.loo_diag(X, w), loo, rtol=1e-14, atol=0)
+        assert (loo > 0).sum() >= 2
+    fits = []
+    for chunk in (outside.CHUNK_BYTES, 2**26):
+        monkeypatch.setattr(outside, "CHUNK_BYTES", chunk)
+        Xn, y = _data(150)
+        fits.append(LaplaceClassifier(hidden_layer_sizes=(5,), hyperparameter_tuning="evidence",
+                                      max_epochs=10, random_state=0).fit(Xn, y))
+    assert fits[0].laplace_.hyper == fits[1].laplace_.hyper
+    np.testing.assert_allclose(fits[0].predict_proba(Xn * 3), fits[1].predict_proba(Xn * 3),
+                               rtol=1e-12)

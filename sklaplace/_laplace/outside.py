@@ -43,6 +43,16 @@ MAX_EXCESS = 1e30
 VARIANCE_GRID = np.r_[10.0 ** np.linspace(3.0, -2.0, 21), 0.0]
 
 
+#: Largest (rows, d) float64 temporary of the per-row passes over the training rows.
+CHUNK_BYTES = 2**26
+
+
+def _row_chunks(X):
+    """Row slices of ``X`` (n, d) whose (rows, d) float64 temporaries fit :data:`CHUNK_BYTES`."""
+    size = max(1, CHUNK_BYTES // (8 * max(1, X.shape[1])))
+    return [slice(s, min(s + size, len(X))) for s in range(0, len(X), size)] or [slice(0, 0)]
+
+
 @dataclass(frozen=True)
 class RangeKernel:
     """The cubic spline kernel of ReLU features beyond the training range (module doc).
@@ -63,7 +73,8 @@ class RangeKernel:
         X = X.reshape(len(X), -1)
         w = torch.ones(len(X), dtype=X.dtype, device=X.device) if weight is None else weight
         mean = (w @ X) / w.sum()
-        std = ((w @ (X - mean) ** 2) / w.sum()).sqrt()
+        chunks = _row_chunks(X)  # the (rows, d) deviations of one chunk at a time
+        std = (sum(w[r] @ (X[r] - mean) ** 2 for r in chunks) / w.sum()).sqrt()
         tiny = 10 * torch.finfo(X.dtype).eps * mean.abs().clamp_min(1.0)
         scale = torch.where(std > tiny, std, torch.ones_like(std))
         return cls(X.min(0).values, X.max(0).values, scale, float(variance))
@@ -99,16 +110,24 @@ class RangeKernel:
         X = X.reshape(len(X), -1).to(self.low)
         w = (torch.ones(len(X), dtype=X.dtype, device=X.device) if weight is None
              else weight.to(X))[:, None]
-        excess = torch.zeros_like(X)
+        # by chunks of rows (the (rows, d) temporaries of one chunk at a time): per
+        # coordinate, the maximum, the weight at it and the next value, then the rows
+        chunks = _row_chunks(X)
+        edges = []
         for sign in (1.0, -1.0):  # the maximum, then the minimum (of −X)
-            Z = sign * X
-            top = Z.max(0).values
-            at_top = Z == top
-            alone = (w * at_top).sum(0) < 2
-            nxt = torch.where(at_top, torch.full_like(Z, -torch.inf), Z).max(0).values
-            excess += torch.where(at_top & alone & torch.isfinite(nxt), Z - nxt,
-                                  torch.zeros_like(Z))
-        return (excess / self.scale).pow(3).mean(1) / 3
+            top = torch.stack([(sign * X[r]).max(0).values for r in chunks]).max(0).values
+            alone = sum((w[r] * (sign * X[r] == top)).sum(0) for r in chunks) < 2
+            nxt = torch.stack([torch.where(sign * X[r] == top, -torch.inf, sign * X[r])
+                               .max(0).values for r in chunks]).max(0).values
+            edges.append((sign, top, alone & torch.isfinite(nxt), nxt))
+        out = X.new_empty(len(X))
+        for r in chunks:
+            excess = torch.zeros_like(X[r])
+            for sign, top, counted, nxt in edges:
+                Z = sign * X[r]
+                excess += torch.where((Z == top) & counted, Z - nxt, torch.zeros_like(Z))
+            out[r] = (excess / self.scale).pow(3).mean(1) / 3
+        return out
 
     def cross(self, X1, X2):
         """k(x, x') (n1, n2): σ² times the mean over coordinates of k₁(e, e') (one
