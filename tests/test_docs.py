@@ -91,3 +91,20 @@ def test_user_guide_snippets_run(page, monkeypatch, tmp_path):
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_docstring_examples_run():
+    """The ``Examples`` sections of the package's docstrings, as doctests (what
+    ``pytest --doctest-modules sklaplace`` runs)."""
+    import doctest
+    import pkgutil
+
+    import sklaplace
+
+    attempted = 0
+    for info in pkgutil.walk_packages(sklaplace.__path__, "sklaplace."):
+        module = importlib.import_module(info.name)
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        assert result.failed == 0, info.name
+        attempted += result.attempted
+    assert attempted > 0
