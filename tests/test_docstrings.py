@@ -24,7 +24,8 @@ from sklaplace import LaplaceClassifier, LaplaceRegressor
 
 PUBLIC_MODULES = ["sklaplace", "sklaplace.classifier", "sklaplace.regressor",
                   "sklaplace.distributions", "sklaplace.metrics", "sklaplace.ood",
-                  "sklaplace.plotting", "sklaplace.posterior"]  # sklaplace.nets: a torch Module
+                  "sklaplace.plotting", "sklaplace.posterior",
+                  "sklaplace.io"]  # sklaplace.nets: a torch Module
 
 #: Codes not checked, and why.
 UNCHECKED_CODES = {

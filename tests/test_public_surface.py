@@ -9,7 +9,8 @@ import pytest
 import sklaplace
 
 PUBLIC_MODULES = ["sklaplace", "sklaplace.metrics", "sklaplace.ood", "sklaplace.plotting",
-                  "sklaplace.distributions", "sklaplace.posterior", "sklaplace.nets"]
+                  "sklaplace.distributions", "sklaplace.posterior", "sklaplace.nets",
+                  "sklaplace.io"]
 
 
 def test_top_level_names():

@@ -1,0 +1,311 @@
+"""The typed state of a fitted estimator for :mod:`sklaplace.io`: values ↔ JSON + arrays.
+
+:class:`Writer` turns a value into JSON whose arrays (numpy arrays, torch tensors) are
+set aside by key, to be written as ``.npy`` files; :class:`Reader` turns it back. Only
+the types below are written or read:
+
+- JSON scalars and lists; tuples, dicts, slices, devices and dtypes as tagged objects;
+- arrays of numeric or boolean dtype (tensors keep their device, mapped on reading);
+- the classes of the fitted Laplace approximation in :data:`TYPES`, each with the
+  attributes it declares (its *state*); an attribute it does not declare refuses the
+  save, so that no state is dropped in silence. Caches (``caches``) are not written:
+  the class computes them again when it needs them;
+- networks (``nn.Module``) by reference to the modules of the file (:mod:`sklaplace.io`
+  writes their weights and rebuilds them from their specification, never from the file);
+- ``functools.partial`` of the functions in :data:`FUNCTIONS`.
+
+Anything else is refused with a ``TypeError`` naming it, when writing and when reading:
+nothing is unpickled, no class or function is looked up by a name the file chooses
+beyond these tables. The same object reached twice is written once and read back as one
+object (a posterior shared by the fit and its evidence).
+"""
+
+import dataclasses
+import functools
+import json
+
+import numpy as np
+import torch
+from torch import nn
+
+from ._fitting import _build_posterior
+from ._laplace import likelihoods
+from ._laplace.continual import TaskEvidence
+from ._laplace.evidence import Evidence
+from ._laplace.fitted import FittedLaplace
+from ._laplace.hyperparameters import Hyperparameters, TargetScale
+from ._laplace.outside import RangeKernel
+from ._laplace.posterior import DiagPosterior, EigenPosterior, KronPosterior
+from ._laplace.refine import RefinedSubset
+from ._laplace.subsets import AllWeights, LastLayer, Subnetwork, feature_body
+
+class _Spec:
+    """How one class is written: its declared attributes (``fields``); ``caches``: the
+    attributes it computes when needed, not written (attribute → the value it has
+    before, or absent when not listed in ``reset``); ``derived``: attributes recomputed
+    on reading from the others (``finish``)."""
+
+    def __init__(self, cls, fields, caches=(), reset=None, derived=(), finish=None):
+        self.cls, self.fields, self.caches = cls, tuple(fields), tuple(caches)
+        self.reset, self.derived, self.finish = reset or {}, tuple(derived), finish
+
+    def state(self, obj):
+        attrs = ({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+                 if dataclasses.is_dataclass(obj) else dict(vars(obj)))
+        unknown = sorted(set(attrs) - set(self.fields) - set(self.derived) - set(self.caches))
+        if unknown:
+            raise TypeError(
+                f"sklaplace.io cannot save a {type(obj).__name__} with the attributes "
+                f"{unknown}: its saved state does not declare them (sklaplace._persist.TYPES). "
+                "No partial file is written; pickle the estimator (joblib) instead.")
+        return {k: attrs[k] for k in self.fields if k in attrs}
+
+    def build(self, state):
+        unknown = sorted(set(state) - set(self.fields))
+        if unknown:
+            raise TypeError(f"a saved {self.cls.__name__} has unknown attributes {unknown}")
+        if dataclasses.is_dataclass(self.cls):
+            return self.cls(**state)
+        obj = self.cls.__new__(self.cls)
+        obj.__dict__.update(state)
+        obj.__dict__.update(self.reset)
+        if self.finish is not None:
+            self.finish(obj)
+        return obj
+
+
+def _finish_last_layer(obj):
+    obj.layer = obj.module.get_submodule(obj.layer_name)
+    obj.body = feature_body(obj.module, obj.layer_name)
+
+
+_SUBSET = ("module", "names", "shapes", "theta", "n_params", "whole_index", "group_index")
+_EVIDENCE = ("posterior", "theta", "temperature", "n_rows", "sse", "nll", "curvature",
+             "rebuild")
+_EVIDENCE_CACHES = ("_sums_cache", "_index_cache")
+
+#: The classes of a fitted estimator's state, by the name written in the file.
+TYPES = {
+    "FittedLaplace": _Spec(FittedLaplace, [f.name for f in dataclasses.fields(FittedLaplace)]),
+    "Hyperparameters": _Spec(Hyperparameters, ("prior_precision", "sigma", "outside_variance")),
+    "TargetScale": _Spec(TargetScale, ("mean", "std", "normalizes", "ndim")),
+    "RangeKernel": _Spec(RangeKernel, ("low", "high", "scale", "variance")),
+    "Categorical": _Spec(likelihoods.Categorical, ()),
+    "Bernoulli": _Spec(likelihoods.Bernoulli, ()),
+    "Gaussian": _Spec(likelihoods.Gaussian, ()),
+    "AllWeights": _Spec(AllWeights, _SUBSET, caches=("_linear_cache",)),
+    "LastLayer": _Spec(LastLayer, _SUBSET + (
+        "layer_name", "has_bias", "const_bias", "n_out", "n_features", "map_weight",
+        "map_bias"), derived=("layer", "body"), finish=_finish_last_layer),
+    "Subnetwork": _Spec(Subnetwork, _SUBSET + ("_all", "indices")),
+    "RefinedSubset": _Spec(RefinedSubset, (
+        "base", "theta", "shift", "kind", "module", "n_params", "whole_index",
+        "group_index")),
+    "EigenPosterior": _Spec(EigenPosterior, (
+        "V", "lam", "n_params", "structure", "_d_inv_sqrt", "_Q", "_omega2"),
+        caches=("_gram_cache", "_index_cache")),
+    "DiagPosterior": _Spec(DiagPosterior, ("h", "n_params", "_var")),
+    "KronPosterior": _Spec(KronPosterior, ("n_params", "blocks", "_inv"),
+                           caches=("_single_output_root", "_bias_cov_cache"),
+                           reset={"_single_output_root": None, "_bias_cov_cache": None}),
+    "Evidence": _Spec(Evidence, _EVIDENCE, caches=_EVIDENCE_CACHES),
+    "TaskEvidence": _Spec(TaskEvidence, _EVIDENCE + (
+        "prior_posterior", "prior_mean", "_curvature_quadratic", "_d2"), caches=_EVIDENCE_CACHES),
+}
+_NAMES = {spec.cls: name for name, spec in TYPES.items()}
+
+#: Functions a saved ``functools.partial`` may call (the evidence's curvature at a
+#: per-output σ), by the name written in the file.
+FUNCTIONS = {"sklaplace._fitting._build_posterior": _build_posterior}
+_FUNCTION_NAMES = {f: name for name, f in FUNCTIONS.items()}
+
+_ARRAY_KINDS = "biuf"  # numeric and boolean dtypes: nothing .npy would pickle
+
+
+def _check_dtype(dtype, what):
+    if np.dtype(dtype).kind not in _ARRAY_KINDS:
+        raise TypeError(f"sklaplace.io stores numeric arrays only; {what} has dtype {dtype}")
+
+
+class Writer:
+    """Values → JSON; arrays go to ``self.arrays`` (key → numpy array).
+
+    ``module_ref(module)`` returns the JSON reference of a network (``sklaplace.io``
+    keeps the table of the file's networks)."""
+
+    def __init__(self, module_ref):
+        self.arrays, self._memo, self._module_ref = {}, {}, module_ref
+
+    def array(self, value):
+        """The key of an array (a tensor: its CPU copy), written once per object."""
+        key = self._memo.get(("array", id(value)))
+        if key is None:
+            if isinstance(value, torch.Tensor):
+                if value.dtype == torch.bfloat16:
+                    raise TypeError("sklaplace.io cannot store bfloat16 tensors")
+                data = value.detach().cpu().numpy()
+            else:
+                data = value
+            _check_dtype(data.dtype, "an array")
+            key = self._memo[("array", id(value))] = f"a{len(self.arrays)}"
+            self.arrays[key] = data if data.flags.c_contiguous else data.copy(order="C")
+            self._keep(value)
+        return key
+
+    def _tensor(self, value):
+        """A tensor as its array and layout: the stride-0 (expanded) dimensions and the
+        order of the others (eigh's column-major factors), so that the loaded tensor
+        has the same strides, and products with it the same summation order."""
+        memo = self._memo.get(("tensor", id(value)))
+        if memo is not None:
+            return memo
+        t = value.detach()
+        out = {"$tensor": None, "device": str(value.device),
+               "requires_grad": bool(value.requires_grad)}
+        if t.numel() > 1 and 0 in t.stride():
+            out["expand"] = list(t.shape)
+            t = t[tuple(slice(0, 1) if st == 0 else slice(None) for st in t.stride())]
+        order = sorted(range(t.dim()), key=lambda d: -t.stride()[d])
+        if order != list(range(t.dim())) and t.permute(order).is_contiguous():
+            out["order"], t = order, t.permute(order)
+        out["$tensor"] = self.array(t)
+        self._memo[("tensor", id(value))] = out
+        self._keep(value)
+        return out
+
+    def _keep(self, value):  # ids stay unique while the writer lives
+        self._memo.setdefault("_alive", []).append(value)
+
+    def __call__(self, value):
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, (int, float)) and type(value) in (int, float):
+            return value
+        if isinstance(value, np.generic):
+            _check_dtype(value.dtype, "a number")
+            return {"$scalar": self.array(np.asarray(value))}
+        if isinstance(value, np.ndarray):
+            return {"$ndarray": self.array(value)}
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value)
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        if isinstance(value, tuple) and type(value) is tuple:
+            return {"$tuple": [self(v) for v in value]}
+        if isinstance(value, dict) and type(value) is dict:
+            return {"$dict": [[self(k), self(v)] for k, v in value.items()]}
+        if isinstance(value, slice):
+            return {"$slice": [self(value.start), self(value.stop), self(value.step)]}
+        if isinstance(value, torch.device):
+            return {"$device": str(value)}
+        if isinstance(value, torch.dtype):
+            return {"$dtype": str(value).removeprefix("torch.")}
+        if isinstance(value, nn.Module):
+            return {"$module": self._module_ref(value)}
+        if isinstance(value, functools.partial) and value.func in _FUNCTION_NAMES:
+            return {"$partial": _FUNCTION_NAMES[value.func], "args": self(value.args),
+                    "keywords": self(dict(value.keywords))}
+        spec_name = _NAMES.get(type(value))
+        if spec_name is None:
+            raise TypeError(
+                f"sklaplace.io cannot save a value of type {type(value).__module__}."
+                f"{type(value).__qualname__}: it is not part of the saved state's types "
+                "(sklaplace._persist.TYPES). No partial file is written; pickle the "
+                "estimator (joblib) instead.")
+        ref = self._memo.get(("object", id(value)))
+        if ref is not None:
+            return {"$ref": ref}
+        ref = self._memo[("object", id(value))] = len(self._memo)
+        self._keep(value)
+        state = TYPES[spec_name].state(value)
+        return {"$object": spec_name, "id": ref, "state": {k: self(v) for k, v in state.items()}}
+
+
+class Reader:
+    """JSON (and the file's arrays) → values; ``device``: where tensors go (None: where
+    they were saved, or the CPU where torch has no such device); ``module(ref)``: the
+    rebuilt network of a reference."""
+
+    def __init__(self, arrays, module, device=None):
+        self._arrays, self._module, self._device = arrays, module, device
+        self._objects, self._tensors = {}, {}
+        self.mapped = []
+
+    def _target(self, saved):
+        if self._device is not None:
+            return torch.device(self._device)
+        saved = torch.device(saved)
+        if saved.type == "cuda" and not torch.cuda.is_available():
+            self.mapped.append(str(saved))
+            return torch.device("cpu")
+        return saved
+
+    def array(self, key):
+        if key not in self._arrays:
+            raise ValueError(f"the model file lacks the array {key!r}")
+        return self._arrays[key]
+
+    def tensor(self, spec):
+        """The tensor of a ``$tensor`` value, with its saved layout, on its device."""
+        target = self._target(spec["device"])
+        memo = json.dumps(spec, sort_keys=True) + str(target)
+        if memo not in self._tensors:
+            t = torch.from_numpy(self.array(spec["$tensor"]).copy()).to(target)
+            order = spec.get("order")
+            if order is not None:
+                if sorted(order) != list(range(t.dim())):
+                    raise ValueError("a tensor of the model file has an invalid layout")
+                t = t.permute([order.index(d) for d in range(t.dim())])
+            if "expand" in spec:
+                t = t.expand(spec["expand"])
+            self._tensors[memo] = t.requires_grad_(True) if spec.get("requires_grad") else t
+        return self._tensors[memo]
+
+    def __call__(self, value):
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        if not isinstance(value, dict) or len(value) == 0:
+            raise TypeError(f"unknown value in the model file: {value!r}"[:200])
+        tag = next(iter(value))
+        if tag == "$ndarray":
+            return self.array(value["$ndarray"]).copy()
+        if tag == "$scalar":
+            return self.array(value["$scalar"])[()]
+        if tag == "$tensor":
+            return self.tensor(value)
+        if tag == "$tuple":
+            return tuple(self(v) for v in value["$tuple"])
+        if tag == "$dict":
+            return {self(k): self(v) for k, v in value["$dict"]}
+        if tag == "$slice":
+            return slice(*(self(v) for v in value["$slice"]))
+        if tag == "$device":
+            return self._target(value["$device"])
+        if tag == "$dtype":
+            dtype = getattr(torch, str(value["$dtype"]), None)
+            if not isinstance(dtype, torch.dtype):
+                raise TypeError(f"unknown dtype in the model file: {value['$dtype']!r}")
+            return dtype
+        if tag == "$module":
+            return self._module(value["$module"])
+        if tag == "$partial":
+            func = FUNCTIONS.get(value["$partial"])
+            if func is None:
+                raise TypeError(f"the model file names an unknown function "
+                                f"{value['$partial']!r}; refused")
+            return functools.partial(func, *self(value["args"]), **self(value["keywords"]))
+        if tag == "$ref":
+            if value["$ref"] not in self._objects:
+                raise ValueError("the model file refers to an object it does not hold")
+            return self._objects[value["$ref"]]
+        if tag == "$object":
+            spec = TYPES.get(value["$object"])
+            if spec is None:
+                raise TypeError(f"the model file holds an unknown type {value['$object']!r}; "
+                                "refused (sklaplace.io reads only the types it writes)")
+            obj = spec.build({k: self(v) for k, v in value["state"].items()})
+            self._objects[value["id"]] = obj
+            return obj
+        raise TypeError(f"unknown tag {tag!r} in the model file; refused")
