@@ -112,6 +112,8 @@ API_SECTIONS = [
      "matplotlib Displays with ``from_estimator`` and ``from_predictions``."),
     ("sklaplace.posterior", "Weight posterior", ""),
     ("sklaplace.nets", "Networks", "The default network of the estimators, a torch module."),
+    ("sklaplace.io", "Saving and loading",
+     "Files that load without running code: the way to share fitted models."),
 ]
 
 

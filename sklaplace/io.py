@@ -320,7 +320,7 @@ class _ParamReader(Reader):
     def _net(self, value):
         from skorch.history import History
 
-        from ._threads import seeded
+        from ._laplace.threads import seeded
 
         cls = _resolve_class(value["$net"])
         if cls is None:
