@@ -25,6 +25,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from . import _policy as policy
+from ._dask import is_dask
 from ._fitting import fit_laplace
 from ._laplace import likelihoods, tuning, workflow
 from ._laplace.hyperparameters import Hyperparameters
@@ -126,6 +127,15 @@ class BaseLaplace(BaseEstimator):
             fitted = dataclasses.replace(fitted, report={
                 **fitted.report, "validation_nll": first.report["validation_nll"]})
         return self._store(net_, n_iter, curve, fitted)
+
+    def _fit_any(self, X, y, sample_weight=None):
+        """``fit``'s body: in memory (``_fit_rows``), or on dask collections, whose rows
+        stay in their partitions (:mod:`._dask_fit`)."""
+        if is_dask(X) or is_dask(y):
+            from ._dask_fit import fit_dask
+
+            return fit_dask(self, X, y, sample_weight)
+        return self._fit_rows(X, y, sample_weight)
 
     def _resolve_tuning(self, n_rows, frozen, task):
         """``hyperparameter_tuning_`` (:mod:`._policy`), warning on "cv" with a frozen net."""

@@ -14,6 +14,7 @@ import torch
 from sklearn.utils.validation import check_is_fitted
 
 from ._laplace.fitted import by_rows, generator
+from ._dask import lazy_on_dask, refuse_dask
 from ._laplace.workflow import torch_entry_point
 from ._threads import thread_policy
 from ._multilabel import MultilabelPrediction, multilabel_nll, multilabel_probit_proba
@@ -108,6 +109,7 @@ class Link:
 class ClassifierPredictive:
     """Prediction methods of :class:`~sklaplace.LaplaceClassifier` (a mixin)."""
 
+    @refuse_dask
     @thread_policy
     @torch_entry_point
     def predict_dist(self, X):
@@ -145,6 +147,7 @@ class ClassifierPredictive:
         return Link(self.link_approx, likelihood.single_logit, self.n_samples,
                     fitted.prediction_seed if seed is None else seed, likelihood.multilabel)
 
+    @lazy_on_dask
     @thread_policy
     @torch_entry_point
     def predict_proba(self, X):
@@ -172,6 +175,7 @@ class ClassifierPredictive:
         return fitted.nn_per_chunk(Xt, lambda s: link.sampled_dist(s).proba(), self.n_samples,
                                    link_bytes)
 
+    @lazy_on_dask
     @torch_entry_point
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`.
@@ -189,6 +193,7 @@ class ClassifierPredictive:
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
+    @lazy_on_dask
     @torch_entry_point
     def decision_function(self, X):
         """Compute the log-odds of the Laplace predictive.
@@ -217,6 +222,7 @@ class ClassifierPredictive:
             return log_proba[:, 1] - log_proba[:, 0]
         return log_proba
 
+    @lazy_on_dask
     @thread_policy
     @torch_entry_point
     def predict(self, X):
@@ -238,6 +244,7 @@ class ClassifierPredictive:
             return (self.predict_proba(X) > 0.5).astype(int)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
+    @refuse_dask
     @thread_policy
     @torch_entry_point
     def sample_functions(self, X, n_samples=1, random_state=None):

@@ -41,8 +41,10 @@ from ._training import all_linear, online_callback, online_result
 
 
 # ---------------------------------------------------------------- subset and structure
-def subnetwork_indices(s, likelihood, module, X, y, out_scale, hyper, weight=None):
-    """Indices of the S weights of largest marginal variance under a diagonal LA."""
+def subnetwork_indices(s, likelihood, module, X, y, out_scale, hyper, weight=None,
+                       diag_of=None):
+    """Indices of the S weights of largest marginal variance under a diagonal LA
+    (``diag_of(subset)``: that LA's curvature, where the rows are not in ``X``)."""
     spec = s.subnetwork
     if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
         everything = AllWeights(module)
@@ -51,8 +53,9 @@ def subnetwork_indices(s, likelihood, module, X, y, out_scale, hyper, weight=Non
                 f"subnetwork={spec} must be between 1 and the number of weights "
                 f"({everything.n_params})."
             )
-        diag = compute_posterior("diag", everything, likelihood, X, y, out_scale, s.curvature,
-                                 weight=weight)
+        diag = (diag_of(everything) if diag_of is not None else
+                compute_posterior("diag", everything, likelihood, X, y, out_scale, s.curvature,
+                                  weight=weight))
         scale = hyper.scale(likelihood.has_noise, s.curvature, s.temperature)
         var = diag.with_prior(hyper.delta(everything), scale).marginal_variance()
         return torch.argsort(var.cpu(), descending=True)[:spec].numpy()
@@ -60,13 +63,16 @@ def subnetwork_indices(s, likelihood, module, X, y, out_scale, hyper, weight=Non
 
 
 def resolve_subset(s, likelihood, module, net_module, X, y, out_scale, n_out, hyper, holds,
-                   weight=None, task=None):
+                   weight=None, task=None, n_rows=None, diag_of=None):
     """(subset, kind, structure) of the LA: ``partial_fit`` keeps all weights and the
     earlier tasks' structure; otherwise :func:`_policy.choose_subset` and
     :func:`_policy.finish_structure` (a last layer the LA cannot read: "auto" takes
-    all weights, diagonal). ``holds``: whether Kronecker factors can hold the prior."""
+    all weights, diagonal). ``holds``: whether Kronecker factors can hold the prior.
+    Rows in parts: ``X`` probes the net, ``n_rows`` counts all rows and ``diag_of``
+    gives a subnetwork's diagonal curvature."""
     n_all = sum(tensor_sizes(module))
-    fits = jacobian_bytes(X.shape[0], n_out, n_all) <= memory_budget(X.device)
+    n_rows = X.shape[0] if n_rows is None else n_rows
+    fits = jacobian_bytes(n_rows, n_out, n_all) <= memory_budget(X.device)
     if task is not None:  # partial_fit: all weights
         subset = AllWeights(module)
         if task.previous is not None:  # the same (continual.fit_next_task checked it)
@@ -77,7 +83,7 @@ def resolve_subset(s, likelihood, module, net_module, X, y, out_scale, n_out, hy
                                                  n_all, fits)
         return subset, "all", policy.kron_or_diag(structure, s.refine, holds)
     kind, structure = policy.choose_subset(
-        s.subset_of_weights, s.hessian_structure, X.shape[0], n_out, n_all,
+        s.subset_of_weights, s.hessian_structure, n_rows, n_out, n_all,
         lambda: all_linear(module, X), fits)
     if kind == "all":
         subset = AllWeights(module)
@@ -94,7 +100,7 @@ def resolve_subset(s, likelihood, module, net_module, X, y, out_scale, n_out, hy
             kind, subset, structure = "all", AllWeights(module), "diag"
     else:
         subset = Subnetwork(module, subnetwork_indices(s, likelihood, module, X, y, out_scale,
-                                                       hyper, weight))
+                                                       hyper, weight, diag_of))
     structure = policy.finish_structure(kind, structure, subset.n_params, s.hessian_structure,
                                         s.refine, holds)
     return subset, kind, structure

@@ -13,6 +13,7 @@ import torch
 from sklearn.utils.validation import check_is_fitted
 
 from ._joint import joint_moments, per_output_cov, sample_joint
+from ._dask import lazy_on_dask, refuse_dask
 from ._laplace.workflow import torch_entry_point
 from ._threads import thread_policy
 from ._validation import check_positive, positive_array
@@ -75,6 +76,7 @@ class RegressorPredictive:
             return mean[:, 0], var[:, 0], noise[:, 0]
         return mean, var, noise
 
+    @refuse_dask
     @thread_policy
     @torch_entry_point
     def predict_dist(self, X):
@@ -94,6 +96,7 @@ class RegressorPredictive:
         mean, var, noise = self._output_moments(X)
         return NormalPrediction(mean=mean, epistemic_var=var, aleatoric_var=noise)
 
+    @lazy_on_dask
     @thread_policy
     @torch_entry_point
     def predict(self, X, return_std=False, return_cov=False):
@@ -141,6 +144,7 @@ class RegressorPredictive:
         mean, var, noise = self._output_moments(X)
         return (mean, np.sqrt(var + noise)) if return_std else mean
 
+    @refuse_dask
     @thread_policy
     @torch_entry_point
     def sample_y(self, X, n_samples=1, random_state=0):
@@ -169,6 +173,7 @@ class RegressorPredictive:
         check_positive("n_samples", n_samples, integer=True)
         return sample_joint(self, X, int(n_samples), random_state)
 
+    @refuse_dask
     @thread_policy
     @torch_entry_point
     def sample_functions(self, X, n_samples=1, random_state=None):

@@ -375,7 +375,7 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
             If the parameters are invalid, ``y`` has fewer than two classes, or
             the network does not match the classes.
         """
-        return self._fit_rows(X, y, sample_weight)
+        return self._fit_any(X, y, sample_weight)
 
     def _fit_rows(self, X, y, sample_weight=None, task=None):
         """``fit``'s body; ``task``: the first ``partial_fit`` call's (its classes)."""

@@ -382,7 +382,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorPartialFit,
             outputs of y or is too small for its spread, or the network does not
             match the targets.
         """
-        return self._fit_rows(X, y, sample_weight)
+        return self._fit_any(X, y, sample_weight)
 
     def _fit_rows(self, X, y, sample_weight=None, task=None):
         """``fit``'s body; ``task``: the first ``partial_fit`` call's."""

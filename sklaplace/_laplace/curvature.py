@@ -159,16 +159,22 @@ def full_curvature(
         return EigenPosterior.from_factor(U, rank=rank, structure=structure)
     check_budget(8 * P * P * 2, f"The {structure} curvature matrix", budget,
                  "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
-    if subset.kind == "last_layer":
-        H = _last_layer_matrix(subset, likelihood, X, y, out_scale, curvature, weight)
-    else:
-        H = torch.zeros(P, P, dtype=X.dtype, device=X.device)
-        for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight):
-            H += torch.einsum("npk,nqk->pq", JF, JF)
+    H = full_matrix(subset, likelihood, X, y, out_scale, curvature, weight)
     _report(f"eigendecomposition of the {P} × {P} curvature ...")
     if eigenvalues_only:
         return EigenPosterior.spectrum(H, P, structure)
     return EigenPosterior.from_matrix(H, rank=rank, structure=structure)
+
+
+def full_matrix(subset, likelihood, X, y, out_scale, curvature="ggn", weight=None):
+    """The P × P curvature Σ_n J_nᵀ F_n F_nᵀ J_n of the rows of ``X``, by row chunks."""
+    if subset.kind == "last_layer":
+        return _last_layer_matrix(subset, likelihood, X, y, out_scale, curvature, weight)
+    P = subset.n_params
+    H = torch.zeros(P, P, dtype=X.dtype, device=X.device)
+    for JF in _gram_rows(subset, likelihood, X, y, out_scale, curvature, weight):
+        H += torch.einsum("npk,nqk->pq", JF, JF)
+    return H
 
 
 def _last_layer_matrix(subset, likelihood, X, y, out_scale, curvature, weight=None):
@@ -314,6 +320,13 @@ def kron_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", weight=
 def _linear_kron_blocks(subset, layers, likelihood, X, y, out_scale, curvature, weight=None):
     """The Kronecker blocks [(weight index, [G, A]), (bias index, [G])] of nn.Linear layers
     (see :func:`kron_curvature`)."""
+    G, A = linear_kron_sums(subset, layers, likelihood, X, y, out_scale, curvature, weight)
+    return linear_kron_blocks(layers, G, A, total_weight(X, weight))
+
+
+def linear_kron_sums(subset, layers, likelihood, X, y, out_scale, curvature, weight=None):
+    """The sums over rows (G, A) per nn.Linear layer of :func:`kron_curvature`, before A's
+    division by the rows' total weight (additive over rows)."""
     G = [0.0] * len(layers)
     A = [0.0] * len(layers)
     for a, factors, exact, _, sl in _preactivation_factors(subset, layers, likelihood, X, y,
@@ -343,8 +356,12 @@ def _linear_kron_blocks(subset, layers, likelihood, X, y, out_scale, curvature, 
                 -1, *[1] * (a_i.dim() - 1))
             A[i] = A[i] + rows.reshape(-1, a_i.shape[-1]).T @ a_i.reshape(-1, a_i.shape[-1]) \
                 / positions
+    return G, A
+
+
+def linear_kron_blocks(layers, G, A, n_total):
+    """The Kronecker blocks of :func:`linear_kron_sums`' sums over ``n_total`` rows."""
     blocks = []
-    n_total = total_weight(X, weight)
     for i, (_, w, b) in enumerate(layers):
         blocks.append((w, [G[i], A[i] / n_total]))
         if b is not None:
@@ -355,6 +372,13 @@ def _linear_kron_blocks(subset, layers, likelihood, X, y, out_scale, curvature, 
 def _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk=4096, weight=None):
     """Last layer f = Wφ + b: B_n = F_n exactly, so G = Σ F_n F_nᵀ and A = Σ φφᵀ / N
     (weighted: A = Σ w_n φφᵀ / Σ w_n)."""
+    G, A = last_layer_kron_sums(subset, likelihood, X, y, out_scale, curvature, chunk, weight)
+    return last_layer_kron(subset, G, A, total_weight(X, weight))
+
+
+def last_layer_kron_sums(subset, likelihood, X, y, out_scale, curvature, chunk=4096,
+                         weight=None):
+    """(G, Σ w_n φφᵀ) of :func:`_last_layer_kron` (additive over rows)."""
     C, H = subset.n_out, subset.n_features
     G = torch.zeros(C, C, dtype=X.dtype, device=X.device)
     A = torch.zeros(H, H, dtype=X.dtype, device=X.device)
@@ -367,7 +391,13 @@ def _last_layer_kron(subset, likelihood, X, y, out_scale, curvature, chunk=4096,
             A += phi.T @ phi
         else:
             A += (phi * weight[sl].to(phi.dtype)[:, None]).T @ phi
-    blocks = [(slice(0, C * H), [G, A / total_weight(X, weight)])]
+    return G, A
+
+
+def last_layer_kron(subset, G, A, n_total):
+    """The last layer's KronPosterior from its sums over ``n_total`` rows."""
+    C, H = subset.n_out, subset.n_features
+    blocks = [(slice(0, C * H), [G, A / n_total])]
     if subset.has_bias:
         blocks.append((slice(C * H, C * H + C), [G]))
     return KronPosterior(blocks, subset.n_params)

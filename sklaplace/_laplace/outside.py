@@ -180,14 +180,21 @@ def choose_variance(kernel, X, y, weight, moments, nll):
     """
     unit = kernel.loo_diag(X, weight)
     rows = torch.nonzero(unit > 0).flatten()
-    if len(rows) == 0:  # no row extends the range of the others: nothing rejects σ²
-        return float(VARIANCE_GRID[0])
     w = np.ones(len(X)) if weight is None else weight.detach().cpu().numpy().astype(float)
-    f, cov = moments(X[rows])
-    unit = unit[rows].to(cov)
+    return variance_of_rows(unit[rows], X[rows], y[rows], w[rows.cpu().numpy()], w.sum(),
+                            moments, nll)
+
+
+def variance_of_rows(unit, X, y, w_rows, total, moments, nll):
+    """:func:`choose_variance` from the rows that extend the range (``unit``: their
+    positive leave-one-out k(x, x)/σ², ``w_rows`` their weights) and the training rows'
+    ``total`` weight."""
+    if len(unit) == 0:  # no row extends the range of the others: nothing rejects σ²
+        return float(VARIANCE_GRID[0])
+    f, cov = moments(X)
+    unit = unit.to(cov)
     eye = torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
-    w_rows, total = w[rows.cpu().numpy()], w.sum()
-    means = np.array([w_rows @ nll(f, cov + v * unit[:, None, None] * eye, y[rows]) / total
+    means = np.array([w_rows @ nll(f, cov + v * unit[:, None, None] * eye, y) / total
                       for v in VARIANCE_GRID])
     return float(VARIANCE_GRID[np.flatnonzero(means <= means.min() + MAX_HELD_OUT_COST)[0]])
 

@@ -35,9 +35,10 @@ from .prior import PriorGroups, subset_prior
 
 
 def by_evidence(evidence, subset, prior_structure, prior_precision, sigma, y_model,
-                sample_weight=None):
+                sample_weight=None, spread=None):
     """Bounded maximisation of the evidence from ``prior_precision`` (whole net) and σ
-    (a tensor, or None for a classifier): the :class:`Hyperparameters` at the optimum."""
+    (a tensor, or None for a classifier): the :class:`Hyperparameters` at the optimum.
+    ``spread``: the targets' std per output, where ``y_model`` is not in memory."""
     groups = PriorGroups(prior_structure, subset)
     log0 = groups.log_start(subset_prior(prior_precision, subset)).numpy()
     log_sigma0 = floor = ceiling = None
@@ -45,8 +46,9 @@ def by_evidence(evidence, subset, prior_structure, prior_precision, sigma, y_mod
         log_sigma0 = np.log(sigma.cpu().numpy())
         # the scale of σ: the targets' spread, or the MAP's residuals where they are larger
         # (a task of constant targets after another, in partial_fit)
-        spread = weighted_spread(np.asarray(y_model).reshape(len(y_model), -1),
-                                 sample_weight, axis=0)
+        if spread is None:
+            spread = weighted_spread(np.asarray(y_model).reshape(len(y_model), -1),
+                                     sample_weight, axis=0)
         rms = np.sqrt(evidence.sse.cpu().numpy() / evidence.n_rows)
         spread = np.maximum(np.maximum(spread, rms), 1e-12)
         floor, ceiling = 1e-3 * spread, 10 * spread
