@@ -113,6 +113,9 @@ def _first_piece(pair, classifier):
     piece = {"rows": len(X), "finite": bool(torch.isfinite(Xt).all()),
              "range": parts.range_sums(Xt), "head": (np.asarray(X)[:2], np.asarray(y)[:2])}
     if classifier:
+        if np.ndim(y) != 1:
+            raise ValueError("y on dask input must be 1-D class labels for LaplaceClassifier "
+                             "(a multilabel indicator matrix is fitted in memory only).")
         piece["labels"] = np.unique(y)
     else:
         y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)

@@ -158,6 +158,9 @@ def test_unsupported_and_mismatched_inputs(client, three_classes):
     with pytest.raises(ValueError, match="sample_weight"):
         LaplaceClassifier(net=FrozenEstimator(net)).fit(
             Xd, da.from_array(y, chunks=60), sample_weight=np.ones(len(y)))
+    with pytest.raises(ValueError, match="multilabel"):
+        LaplaceClassifier(net=FrozenEstimator(net)).fit(
+            Xd, da.from_array(np.c_[y > 0, y > 1].astype(int), chunks=(60, 2)))
     with pytest.raises(ValueError, match="hyperparameter_tuning"):
         LaplaceClassifier(net=FrozenEstimator(net), hyperparameter_tuning="cv").fit(
             Xd, da.from_array(y, chunks=60))
