@@ -231,8 +231,8 @@ def fit_frozen(estimator, pairs, stats, classifier, net_=None):
     _, frozen, likelihood = prepare_net(s, stats["range"]["wx"].numel(), n_outputs)
     net = frozen if net_ is None else net_
     n_rows = stats["rows"]
-    tuning = (estimator._default_tuning(n_rows) if s.hyperparameter_tuning == "auto"
-              else s.hyperparameter_tuning)
+    # "auto": the evidence on dask input (a frozen net's default in memory too)
+    tuning = "evidence" if s.hyperparameter_tuning == "auto" else s.hyperparameter_tuning
     if tuning not in ("evidence", None):
         _refuse("hyperparameter_tuning", s.hyperparameter_tuning,
                 f"it means {tuning!r} here; use 'evidence' or None.")

@@ -8,10 +8,12 @@ partitions equals the in-memory LA.
 import os
 import pathlib
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
 import torch
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.frozen import FrozenEstimator
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
@@ -164,6 +166,47 @@ def test_unsupported_and_mismatched_inputs(client, three_classes):
     with pytest.raises(ValueError, match="hyperparameter_tuning"):
         LaplaceClassifier(net=FrozenEstimator(net), hyperparameter_tuning="cv").fit(
             Xd, da.from_array(y, chunks=60))
+
+
+def test_trained_fit_reaches_the_in_memory_held_out_nll(client):
+    from sklearn.metrics import log_loss
+
+    rng = np.random.RandomState(0)
+
+    def rows(n):
+        X = rng.randn(n, 5)
+        logit = 2 * X[:, 0] - X[:, 1] + np.sin(2 * X[:, 2])
+        return X, (logit + rng.logistic(size=n) > 0).astype(int)
+
+    (X, y), (X_test, y_test) = rows(10_000), rows(4_000)
+    params = dict(hidden_layer_sizes=(8,), max_epochs=30, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        memory = LaplaceClassifier(solver="lbfgs", hyperparameter_tuning="evidence",
+                                   **params).fit(X, y)
+        dist = LaplaceClassifier(**params).fit(da.from_array(X, chunks=2_500),
+                                               da.from_array(y, chunks=2_500))
+    assert dist.hyperparameter_tuning_ == "evidence"
+    assert abs(dist.n_iter_ - memory.n_iter_) <= 5
+    nll = log_loss(y_test, dist.predict_proba(X_test))
+    assert abs(nll - log_loss(y_test, memory.predict_proba(X_test))) < 0.02
+
+
+def test_trained_regressor_default_configuration(client):
+    rng = np.random.RandomState(2)
+    X = rng.randn(1_000, 3)
+    y = 3 * X[:, 0] + np.sin(X[:, 1]) + 0.3 * rng.randn(1_000) + 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        memory = LaplaceRegressor(solver="lbfgs", hyperparameter_tuning="evidence",
+                                  hidden_layer_sizes=(10,), max_epochs=40, random_state=0).fit(X, y)
+        dist = LaplaceRegressor(hidden_layer_sizes=(10,), max_epochs=40, random_state=0).fit(
+            da.from_array(X, chunks=500), da.from_array(y, chunks=500))
+    assert dist.sigma_noise_ == pytest.approx(memory.sigma_noise_, rel=0.05)
+    mean = dist.predict(da.from_array(X, chunks=500)).compute()
+    np.testing.assert_allclose(mean, memory.predict(X), atol=0.05)
+    with pytest.raises(ValueError, match="lr"):
+        LaplaceRegressor(lr=0.1).fit(da.from_array(X, chunks=500), da.from_array(y, chunks=500))
 
 
 def _exit_on_worker(block):

@@ -1,0 +1,175 @@
+"""MAP training on dask collections: full-batch L-BFGS driven from the client.
+
+Each evaluation of the MAP objective is one reduction over the partitions (dask-glm's
+``lbfgs`` pattern): the weights are scattered to the workers, every partition returns
+its rows' summed negative log-likelihood and its gradient (in row chunks), the pieces
+are added up a tree and the client adds the prior, then takes torch's L-BFGS step —
+the optimizer, line search, initialization and objective of ``solver="lbfgs"`` in
+memory (:func:`._laplace.nets.default_net`), one iteration per epoch, with the same
+convergence rule (``tol``, ``n_iter_no_change``). Each round is an ordinary dask graph,
+which dask re-runs on another worker if one is lost. The LA of the trained net is then
+:func:`._dask_fit.fit_frozen`'s.
+"""
+
+import copy
+import warnings
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+
+from ._dask import compute, row_parts, share, tree_reduce
+from ._dask_fit import _as_rows, _targets, check_dask_parameters, first_pass, fit_frozen
+from ._laplace import likelihoods, nets
+from ._laplace.convergence import Converged, Convergence
+from ._laplace.hyperparameters import Hyperparameters
+from ._laplace.prior import tensor_sizes
+from ._threads import seeded
+from ._training import settings_of
+from ._validation import check_params, check_seed
+
+#: Parameters a fit that trains its net on dask input may set.
+TRAIN_PARAMETERS = frozenset({
+    "hidden_layer_sizes", "max_epochs", "tol", "n_iter_no_change", "solver",
+    "prior_precision", "hyperparameter_tuning", "subset_of_weights", "hessian_structure",
+    "lowrank_rank", "link_approx", "n_samples", "extrapolation_variance", "random_state",
+    "verbose"})
+
+#: Rows per autograd pass within a partition.
+CHUNK_ROWS = 16384
+
+
+def fit_dask_trained(estimator, X, y):
+    """Train the default MLP on the partitions of (X, y), then its LA (:mod:`._dask_fit`)."""
+    check_dask_parameters(estimator, TRAIN_PARAMETERS)
+    if isinstance(estimator.hidden_layer_sizes, str):
+        raise ValueError(
+            f"hidden_layer_sizes={estimator.hidden_layer_sizes!r} is not supported on dask "
+            "input: give the hidden widths (a tuple of ints).")
+    check_params(estimator)
+    import dask
+
+    pairs, n_features, names = row_parts(X, y)
+    pairs = list(dask.persist(*pairs))  # read once, kept on the workers for every round
+    classifier = hasattr(estimator, "class_weight")
+    stats = first_pass(pairs, classifier)
+    estimator.n_features_in_ = n_features
+    if names is not None:
+        estimator.feature_names_in_ = names
+    else:
+        estimator.__dict__.pop("feature_names_in_", None)
+    net = train_on_parts(estimator, pairs, stats, classifier)
+    fitted = fit_frozen(estimator, pairs, stats, classifier, net_=net)
+    record = getattr(fitted, "_record_scaling", None)
+    return record() if record is not None else fitted
+
+
+def train_on_parts(estimator, pairs, stats, classifier):
+    """The default MLP trained to the MAP by L-BFGS over the partitions (a skorch net
+    with its epochs' ``train_loss`` in ``history``)."""
+    s = settings_of(estimator)
+    rng = check_seed("random_state", estimator.random_state)
+    train_seed = int(rng.randint(0, 2**31 - 1, size=2)[0])  # as the in-memory fit draws it
+    units, n_outputs, default, _ = _targets(estimator, stats, classifier)
+    likelihood = likelihoods.get(default)
+    n_features = stats["range"]["wx"].numel()
+    hyper = Hyperparameters.of(estimator.prior_precision, estimator._initial_sigma())
+    net = nets.default_net(n_features, n_outputs, s.hidden_layer_sizes, s.max_epochs, s.lr,
+                           s.batch_size, device="cpu", solver="lbfgs")
+    n_rows = stats["rows"]
+    with seeded(train_seed):
+        net.set_params(criterion__likelihood=likelihood.name, criterion__n_train=n_rows,
+                       criterion__temperature=s.temperature,
+                       criterion__sigma_noise=hyper.sigma.numpy(), train_split=None)
+        net.initialize()
+    sizes = tensor_sizes(net.module_)
+    net.set_params(criterion__prior_precision=hyper.for_training(sizes))
+    criterion = net.criterion_.attach(net.module_)
+    params = [p for p in net.module_.parameters() if p.requires_grad]
+    optimizer = net.optimizer_
+    static = share((net.module_, criterion, units))
+    s.log(f"MAP training on {len(pairs)} dask partitions ({n_rows} rows): full-batch L-BFGS")
+
+    def closure():
+        optimizer.zero_grad()
+        theta = torch.nn.utils.parameters_to_vector(params).detach()
+        shared = share(theta)  # once per round
+        pieces = [_delayed_loss(pair, static, shared) for pair in pairs]
+        (total,) = compute(tree_reduce(pieces, _add_loss))
+        scale = 1.0 / (n_rows * s.temperature)
+        prior = criterion.prior_term()
+        if torch.is_tensor(prior):
+            prior.backward()
+        for p, g in zip(params, _split(total["grad"], params)):
+            p.grad = g.to(p) * scale + (p.grad if p.grad is not None else 0)
+        return torch.as_tensor(float(total["nll"]) * scale + float(prior))
+
+    rule = Convergence(s.tol, s.n_iter_no_change).initialize()
+    net.module_.train()
+    converged = False
+    for _ in range(s.max_epochs):
+        loss = float(optimizer.step(closure))
+        net.history.new_epoch()
+        net.history.record("epoch", len(net.history))
+        net.history.record("train_loss", loss)
+        if not np.isfinite(loss):
+            raise ValueError(
+                "MAP training diverged (the loss is not finite); scale the features and "
+                "targets.")
+        try:
+            rule.on_epoch_begin(net)
+            rule.on_epoch_end(net)
+        except Converged:
+            converged = True
+            break
+    if not converged and s.tol is not None:
+        warnings.warn(
+            f"MAP training ran max_epochs={s.max_epochs} epochs without converging: the "
+            f"training loss did not stay within tol={s.tol} of its best for n_iter_no_change="
+            f"{s.n_iter_no_change} epochs. Raise max_epochs (or tol), or scale the features "
+            "and targets.", ConvergenceWarning)
+    net.module_.eval()
+    return net
+
+
+def _delayed_loss(pair, static, theta):
+    import dask
+
+    return dask.delayed(_part_loss)(pair, static, theta)
+
+
+def _part_loss(pair, static, theta):
+    """Σ nll of one partition's rows and its gradient (flat), in row chunks."""
+    module, criterion, units = copy.deepcopy(static)  # a worker's threads share it
+    params = [p for p in module.parameters() if p.requires_grad]
+    dtype = params[0].dtype
+    torch.nn.utils.vector_to_parameters(theta.to(dtype), params)
+    X, y = pair
+    Xt = _as_rows(X).to(dtype)
+    yt = torch.as_tensor(criterion.likelihood.train_targets(units(y).numpy()))
+    if yt.is_floating_point():
+        yt = yt.to(dtype)
+    module.train()
+    grad = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
+    nll = 0.0
+    for start in range(0, len(Xt), CHUNK_ROWS):
+        rows = slice(start, start + CHUNK_ROWS)
+        with torch.enable_grad():
+            f = module(Xt[rows])
+            part = criterion.data_nll(f, yt[rows]) * f.shape[0]
+            grads = torch.autograd.grad(part, params)
+        nll += float(part)
+        grad += torch.cat([g.reshape(-1) for g in grads]).to(torch.float64)
+    return {"nll": nll, "grad": grad}
+
+
+def _add_loss(a, b):
+    return {"nll": a["nll"] + b["nll"], "grad": a["grad"] + b["grad"]}
+
+
+def _split(flat, params):
+    out, start = [], 0
+    for p in params:
+        out.append(flat[start:start + p.numel()].reshape(p.shape))
+        start += p.numel()
+    return out
