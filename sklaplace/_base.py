@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
+from sklearn.frozen import FrozenEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
@@ -132,9 +133,16 @@ class BaseLaplace(BaseEstimator):
         """``fit``'s body: in memory (``_fit_rows``), or on dask collections, whose rows
         stay in their partitions (:mod:`._dask_fit`)."""
         if is_dask(X) or is_dask(y):
-            from ._dask_fit import fit_dask
+            if sample_weight is not None:
+                raise ValueError("sample_weight is not supported on dask input: fit on dask "
+                                 "collections takes unweighted rows.")
+            if isinstance(self.net, FrozenEstimator):
+                from ._dask_fit import fit_dask
 
-            return fit_dask(self, X, y, sample_weight)
+                return fit_dask(self, X, y)
+            from ._dask_train import fit_dask_trained  # MAP training on the partitions
+
+            return fit_dask_trained(self, X, y)
         return self._fit_rows(X, y, sample_weight)
 
     def _resolve_tuning(self, n_rows, frozen, task):

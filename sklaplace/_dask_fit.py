@@ -68,15 +68,8 @@ def _refuse(name, value, why):
     raise ValueError(f"{name}={value!r} is not supported on dask input: {why}")
 
 
-def fit_dask(estimator, X, y, sample_weight=None):
-    """Fit ``estimator`` on dask ``X`` and ``y`` (partitioned by rows alike)."""
-    if sample_weight is not None:
-        _refuse("sample_weight", "given", "fit on dask input takes unweighted rows.")
-    frozen = isinstance(estimator.net, FrozenEstimator)
-    if not frozen:
-        from ._dask_train import fit_dask_trained
-
-        return fit_dask_trained(estimator, X, y)
+def fit_dask(estimator, X, y):
+    """Fit ``estimator`` (a frozen net) on dask ``X`` and ``y`` (partitioned alike)."""
     check_dask_parameters(estimator, FROZEN_PARAMETERS)
     pairs, n_features, names = row_parts(X, y)
     classifier = hasattr(estimator, "class_weight")
