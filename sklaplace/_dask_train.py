@@ -24,7 +24,7 @@ from ._laplace import likelihoods, nets
 from ._laplace.convergence import Converged, Convergence
 from ._laplace.hyperparameters import Hyperparameters
 from ._laplace.prior import tensor_sizes
-from ._threads import seeded
+from ._laplace.threads import seeded
 from ._training import settings_of
 from ._validation import check_params, check_seed
 
