@@ -14,6 +14,7 @@ SUBCOMMANDS = {
     "speed": ".speed",
     "defaults": ".defaults",
     "convergence": ".convergence",
+    "multilabel": ".multilabel",
 }
 
 

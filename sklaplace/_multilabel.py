@@ -260,3 +260,8 @@ def multilabel_likelihood(name):
             "y is an indicator matrix (multilabel) but the net's criterion CrossEntropyLoss "
             "models one class per row; use BCEWithLogitsLoss with one output per label.")
     return likelihoods.get("multilabel")
+
+
+# Documented, shown and pickled as sklaplace.distributions.<name>, where users import them.
+for _public in (multilabel_probit_proba, MultilabelPrediction):
+    _public.__module__ = "sklaplace.distributions"

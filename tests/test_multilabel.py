@@ -286,3 +286,18 @@ def test_pickle_pipeline_and_grid_search():
             {"prior_precision": [0.1, 10.0]}, cv=2).fit(X, Y)  # subset accuracy
     assert search.best_estimator_.predict_proba(X).shape == Y.shape
     assert 0 <= pipe.score(X, Y) <= 1  # subset accuracy, as for MLPClassifier
+
+
+def test_the_multilabel_benchmark_tasks_and_scores():
+    from benchmarks import multilabel
+    from benchmarks.__main__ import build_parser
+
+    args = build_parser().parse_args(["multilabel", "--tasks", "digits_properties"])
+    assert args.tasks == ["digits_properties"] and args.splits == 3
+    X, Y = multilabel.load_task("digits_properties")
+    assert X.shape == (1797, 64) and Y.shape == (1797, 4) and set(np.unique(Y)) == {0, 1}
+    Y_small = np.array([[1, 0], [0, 1]])
+    proba = np.array([[0.9, 0.2], [0.3, 0.6]])
+    expected = -np.mean(np.log([0.9, 0.8, 0.7, 0.6]))
+    assert multilabel.per_label_nll(Y_small, proba) == pytest.approx(expected)
+    assert multilabel.confidence(proba) == pytest.approx(np.mean([0.9, 0.8, 0.7, 0.6]))
