@@ -262,6 +262,6 @@ def multilabel_likelihood(name):
     return likelihoods.get("multilabel")
 
 
-# Documented, shown and pickled as sklaplace.distributions.<name>, where users import them.
-for _public in (multilabel_probit_proba, MultilabelPrediction):
-    _public.__module__ = "sklaplace.distributions"
+# Documented and shown as sklaplace.distributions.<name>, where users import it (the class
+# keeps its module, as DirichletPrediction does: its source is found there).
+multilabel_probit_proba.__module__ = "sklaplace.distributions"
