@@ -28,12 +28,13 @@ import json, os, sys, time, warnings
 import numpy as np
 from benchmarks.scale_defaults import make_data, peak_rss, reset_peak, rss
 task, which, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+params = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
 warnings.simplefilter("ignore")
 X, y = make_data(task, n)
 if which == "LA":
     from sklaplace import LaplaceClassifier, LaplaceRegressor
-    est = LaplaceClassifier(random_state=0) if task == "classifier" else LaplaceRegressor(
-        random_state=0)
+    est = (LaplaceClassifier if task == "classifier" else LaplaceRegressor)(random_state=0,
+                                                                            **params)
 else:
     from sklearn.neural_network import MLPClassifier, MLPRegressor
     est = MLPClassifier(random_state=0) if task == "classifier" else MLPRegressor(
@@ -110,11 +111,12 @@ def peak_rss(cleared):
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
-def _run(task, which, n):
+def _run(task, which, n, params=None):
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", _CHILD, task, which, str(n)], check=True,
+    extra = [json.dumps(params)] if params and which == "LA" else []
+    out = subprocess.run([sys.executable, "-c", _CHILD, task, which, str(n), *extra], check=True,
                          capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 

@@ -90,3 +90,14 @@ def test_range_kernel_and_jackknife_distances_by_row_chunks_equal_one_pass(monke
     assert fits[0].laplace_.hyper == fits[1].laplace_.hyper
     np.testing.assert_allclose(fits[0].predict_proba(Xn * 3), fits[1].predict_proba(Xn * 3),
                                rtol=1e-12)
+
+
+def test_refined_held_out_tuning_with_a_small_budget_equals_the_unchunked(monkeypatch):
+    X, y = _data(60)
+    common = dict(hidden_layer_sizes=(3,), hyperparameter_tuning="cv", refine="laplace",
+                  hessian_structure="full", max_epochs=5, random_state=0)
+    whole = LaplaceClassifier(**common).fit(X, y)
+    monkeypatch.setattr(holdout, "MANY_BYTES", 3_000)  # a few held-out rows per chunk
+    chunked = LaplaceClassifier(**common).fit(X, y)
+    np.testing.assert_allclose(chunked.prior_precision_, whole.prior_precision_, rtol=1e-12)
+    np.testing.assert_allclose(chunked.validation_nll_, whole.validation_nll_, rtol=1e-12)

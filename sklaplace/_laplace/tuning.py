@@ -24,10 +24,10 @@ import numpy as np
 import torch
 from scipy.optimize import minimize_scalar
 
-from . import progress
+from . import holdout, progress
 from .curvature import noise_power
 from .evidence import maximize_evidence
-from .fitted import generator
+from .fitted import fill_rows, generator
 from .holdout import (LOG10_PRIOR_GRID, held_out_chunks, one_standard_error_choice,
                       warn_at_grid_bound)
 from .hyperparameters import Hyperparameters, weighted_spread
@@ -113,6 +113,18 @@ def _stationary_log_sigma(t, bounds, y, weight, mean, v, c1, power):
         if abs(step) <= SIGMA_NEWTON_ULPS * np.spacing(max(1.0, abs(t))):
             break
     return t
+
+
+def _moments_by_chunks(subset, posterior, X):
+    """``subset.moments(X, posterior)`` by chunks of rows whose buffers (the subset's
+    ``row_bytes``) fit :data:`~.holdout.MANY_BYTES`: (f (n, C), J Σ Jᵀ (n, C, C))."""
+    n_out = subset.forward(X[:1]).shape[-1]
+    size = max(1, holdout.MANY_BYTES // subset.row_bytes(n_out, True, posterior))
+    out = None
+    for start in range(0, len(X), size):
+        rows = slice(start, min(start + size, len(X)))
+        out = fill_rows(out, subset.moments(X[rows], posterior), rows, len(X))
+    return out
 
 
 def _held_out_gaussian(moments, y, floor, weight=None, polish=None):
@@ -231,7 +243,7 @@ def by_held_out_refined(refine_at, subset, Xv, yv, w_val, sigma, *, sampled, n_s
                 losses.append(nll_of_samples(
                     _draw_outputs(posterior, refined, Xv, n_samples, seed), yv))
             else:
-                losses.append(nll(*refined.moments(Xv, posterior), yv))
+                losses.append(nll(*_moments_by_chunks(refined, posterior, Xv), yv))
     if shown is not None:
         shown.close()
     chosen = one_standard_error_choice(losses, w_val)
