@@ -35,7 +35,7 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py",
                     "auto_examples/*.zip", "auto_examples/*.md5", "auto_examples/*.json",
-                    "**/sg_execution_times.rst"]
+                    "sg_execution_times.rst", "**/sg_execution_times.rst"]
 templates_path = ["_templates"]
 html_static_path = ["_static"]
 suppress_warnings = ["config.cache"]  # sphinx-gallery's configuration holds functions
@@ -72,6 +72,7 @@ sphinx_gallery_conf = {
     "image_scrapers": ("matplotlib",),
     "run_stale_examples": False,
     "abort_on_example_error": True,
+    "write_computation_times": False,  # its page loads jQuery and DataTables from CDNs
 }
 
 # --- Theme: pydata-sphinx-theme with its bundled assets only
