@@ -5,7 +5,8 @@ and exposes what the MAP objective, the curvature and the evidence need:
 
 - ``nll(f, y)``: per-row negative log-likelihood, shape (n,);
 - ``sqrt_hessian(f)``: a factor ``S`` of shape (n, C, K) with ``S Sᵀ = Λ(f)``,
-  Λ = −∇²_f log p(y | f) (independent of ``y`` for all three likelihoods);
+  Λ = −∇²_f log p(y | f) (independent of ``y`` for all of them; the heteroscedastic
+  Gaussian's is the GGN's, its link's second derivative dropped);
 - ``residual(f, y)``: ∇_f nll, shape (n, C), for the empirical Fisher.
 
 The temperature ``T`` and the Gaussian noise ``σ`` are applied outside, as a
@@ -18,7 +19,8 @@ with a trailing weight column), the number of logits for ``n_classes`` classes
 (``n_outputs``), its full negative log-likelihood at a noise σ (``noisy_nll``) and
 the torch loss whose Hessian BackPACK propagates (``loss_module``).
 
-The *name* (``"categorical"``, ``"bernoulli"``, ``"multilabel"``, ``"gaussian"``) is what crosses the
+The *name* (``"categorical"``, ``"bernoulli"``, ``"multilabel"``, ``"gaussian"``,
+``"heteroscedastic"``) is what crosses the
 boundary to skorch (``criterion__likelihood``) and to pickles; :func:`get` turns it
 into the object.
 """
@@ -181,6 +183,72 @@ class Gaussian(_Likelihood):
         return eye.expand(f.shape[0], -1, -1)
 
 
+class HeteroscedasticGaussian(_Likelihood):
+    """Gaussian with a noise per row, in natural parameters (Immer et al. 2023).
+
+    The outputs f (n, 2T) hold, per target t, η₁ = f[:, t] = μ/σ² and the log precision
+    g = f[:, T + t] = −log σ², so η₂ = −1/(2σ²) = −½·exp(g). The negative log-likelihood
+    ½ log 2π − ½ g + ½ e^g (y − μ)², μ = η₁ e^(−g), is convex in (η₁, η₂); its Hessian
+    there is the covariance of the sufficient statistics (y, y²), which does not depend on
+    y, and the GGN takes the link g ↦ η₂ as part of the network: per target
+    Λ = Dᵀ Cov(y, y²) D = [[σ², −μ], [−μ, ½ + μ²/σ²]] (D = diag(1, −½e^g)), PSD, with
+    the square root [[σ, 0], [−μ/σ, −1/√2]].
+    """
+
+    name = "heteroscedastic"
+
+    def n_outputs(self, n_targets):
+        return 2 * n_targets
+
+    def train_targets(self, y):
+        y = np.asarray(y)
+        return y.reshape(y.shape[0], -1)
+
+    def targets(self, y):
+        return y.reshape(y.shape[0], -1).to(torch.float64)
+
+    def loss_module(self, out_scale):
+        return None  # BackPACK has no natural-parameter Gaussian loss
+
+    @staticmethod
+    def split(f):
+        """(η₁, g) of the outputs (n, 2T): the first and second half of the columns."""
+        half = f.shape[-1] // 2
+        return f[..., :half], f[..., half:]
+
+    @classmethod
+    def mean_and_variance(cls, f):
+        """μ = η₁ e^(−g) and σ² = e^(−g) of the outputs (n, 2T): two (n, T) tensors."""
+        eta1, g = cls.split(f)
+        var = torch.exp(-g)
+        return eta1 * var, var
+
+    def nll(self, f, y):
+        eta1, g = self.split(f)
+        mu = eta1 * torch.exp(-g)
+        r2 = (y.reshape(mu.shape).to(f) - mu) ** 2
+        return 0.5 * (math.log(2 * math.pi) - g + torch.exp(g) * r2).sum(-1)
+
+    def residual(self, f, y):
+        eta1, g = self.split(f)
+        mu = eta1 * torch.exp(-g)
+        y = y.reshape(mu.shape).to(f)
+        # ∂/∂η₁ = μ − y; ∂/∂g = −½ + ½ e^g (y² − μ²)
+        return torch.cat([mu - y, 0.5 * (torch.exp(g) * (y**2 - mu**2) - 1)], -1)
+
+    def sqrt_hessian(self, f):
+        eta1, g = self.split(f)
+        n, T = eta1.shape
+        sigma = torch.exp(-0.5 * g)
+        mu = eta1 * sigma**2
+        S = f.new_zeros(n, 2 * T, 2 * T)
+        t = torch.arange(T, device=f.device)
+        S[:, t, t] = sigma
+        S[:, T + t, t] = -mu / sigma
+        S[:, T + t, T + t] = -math.sqrt(0.5)
+        return S
+
+
 def gaussian_log_likelihood(sse, n, sigma):
     """Total Gaussian log-likelihood from per-output sums of squared errors.
 
@@ -206,7 +274,7 @@ def _zero_labels(f):
 
 
 LIKELIHOODS = {"categorical": Categorical, "bernoulli": Bernoulli, "multilabel": Multilabel,
-               "gaussian": Gaussian}
+               "gaussian": Gaussian, "heteroscedastic": HeteroscedasticGaussian}
 
 
 def get(likelihood):

@@ -6,7 +6,9 @@ sklaplace trains a copy of the user's net on exactly this objective, per batch:
 
 (the summed log joint divided by N), with the exact likelihood selected by the
 net's criterion: ``CrossEntropyLoss`` → categorical, ``BCEWithLogitsLoss`` →
-Bernoulli with one logit, ``MSELoss`` → Gaussian with the noise ``sigma_noise``.
+Bernoulli with one logit, ``MSELoss`` → Gaussian with the noise ``sigma_noise``,
+:class:`HeteroscedasticGaussianNLLLoss` → Gaussian with a noise per row (natural
+parameters).
 The criterion is replaced by :class:`MAPLoss`, which adds the prior itself, so
 an optimizer ``weight_decay`` would count the prior twice and is refused.
 
@@ -37,10 +39,28 @@ from .workflow import interrupts_recorded
 
 DIVERGENCE_FACTOR = 1e3  # final / initial training loss beyond which training diverged
 
+
+
+class HeteroscedasticGaussianNLLLoss(nn.Module):
+    """Gaussian negative log-likelihood of natural-parameter outputs (mean over rows).
+
+    The criterion of a skorch net for ``LaplaceRegressor(noise="heteroscedastic")``:
+    the module returns (n, 2·T) values for T targets, per target η₁ = μ/σ² in the first
+    T columns and the log precision −log σ² (η₂ = −½·exp of it) in the last T.
+    ``torch.nn.GaussianNLLLoss`` takes a mean and a variance instead; sklaplace
+    replaces this criterion by its own MAP loss of the same likelihood.
+    """
+
+    def forward(self, y_pred, y_true):
+        f = y_pred.reshape(y_pred.shape[0], -1)
+        return likelihoods.get("heteroscedastic").nll(f, y_true).mean()
+
+
 CRITERIA = {
     nn.CrossEntropyLoss: "categorical",
     nn.BCEWithLogitsLoss: "bernoulli",
     nn.MSELoss: "gaussian",
+    HeteroscedasticGaussianNLLLoss: "heteroscedastic",
 }
 
 
@@ -142,7 +162,8 @@ def likelihood_of(net):
             return name
     raise ValueError(
         f"The net's criterion {cls.__name__} has no likelihood sklaplace knows; "
-        "criterion must be CrossEntropyLoss, BCEWithLogitsLoss or MSELoss "
+        "criterion must be CrossEntropyLoss, BCEWithLogitsLoss, MSELoss or "
+        "sklaplace.nets.HeteroscedasticGaussianNLLLoss "
         "(skorch's default NLLLoss on probabilities is not supported: output logits)."
     )
 
