@@ -246,7 +246,11 @@ def map_predict(task, pipe, X):
     with torch.no_grad():
         f = module(Xt).double().cpu().numpy()
     if task == "regression":  # the net predicts standardized targets with normalize_y
-        mean = (f * est.laplace_.targets.std + est.laplace_.targets.mean).reshape(-1)
+        scale = est.laplace_.targets
+        if est.laplace_.likelihood.name == "heteroscedastic":  # η₁ and the log precision
+            var = np.exp(-f[:, 1])
+            return (f[:, 0] * var * scale.std + scale.mean).reshape(-1), np.sqrt(var) * scale.std
+        mean = (f * scale.std + scale.mean).reshape(-1)
         return mean, np.full(len(mean), float(est.sigma_noise_))
     if f.shape[1] == 1:  # one Bernoulli logit
         p1 = 1.0 / (1.0 + np.exp(-f[:, 0]))

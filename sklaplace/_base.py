@@ -105,7 +105,7 @@ class BaseLaplace(BaseEstimator):
         if tuning_ == "cv":
             fit_rows, held_out = validation_split(
                 len(X), self.validation_fraction, int(rng.randint(0, 2**31 - 1)),
-                labels=None if likelihood.has_noise or likelihood.multilabel else y_model)
+                labels=None if likelihood.regression or likelihood.multilabel else y_model)
             w_fit, w_val = ((None, None) if sample_weight is None
                             else (sample_weight[fit_rows], sample_weight[held_out]))
             first_net, *_ = trained(X[fit_rows], y_model[fit_rows], sample_weight=w_fit,

@@ -248,10 +248,19 @@ class ClassifierPartialFit:
         return fit_next_task(self, X_checked, y_index, sample_weight)
 
 
+def regressor_partial_fit_available(estimator):
+    """:func:`partial_fit_available`, and not with a noise per row (its LA is not
+    implemented for continual learning)."""
+    if getattr(estimator, "noise", "homoscedastic") == "heteroscedastic":
+        raise AttributeError("partial_fit (continual learning) is not available with "
+                             "noise='heteroscedastic'.")
+    return partial_fit_available(estimator)
+
+
 class RegressorPartialFit:
     """``partial_fit`` of :class:`~sklaplace.LaplaceRegressor` (a mixin)."""
 
-    @available_if(partial_fit_available)
+    @available_if(regressor_partial_fit_available)
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
     @thread_policy

@@ -272,8 +272,9 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
         refined=s.refine is not None and validation is None, report=report,
         task_rows=None if task is None else task.n_previous + n_rows,
         n_tasks=0 if task is None else task.n_tasks + 1)
+    # (a regression's "auto" is 0: the jackknife choice needs the classifier's scorers)
     hyper, outside = _outside_variance(s, hyper, tuning, task, validation, fitted.glm_moments,
-                                       Xt, yt, wt, scorers)
+                                       Xt, yt, wt, None if likelihood.regression else scorers)
     return dataclasses.replace(fitted, hyper=hyper, outside=outside)
 
 

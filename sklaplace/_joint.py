@@ -17,7 +17,17 @@ from ._laplace.fitted import generator
 
 def joint_moments(estimator, X):
     """Mean (n, C) and covariance (n, C, n, C) of the predictive of y, in the units of y."""
-    Xt, fitted = estimator._X_tensor(X), estimator.laplace_
+    fitted = estimator.laplace_
+    mean, cov = model_joint(estimator, estimator._X_tensor(X))
+    n, C = mean.shape
+    return fitted.targets.joint_moments(mean.cpu().numpy(), cov.cpu().numpy().reshape(n, C, n, C),
+                                        fitted.hyper.sigma)
+
+
+def model_joint(estimator, Xt, outside=True):
+    """The outputs' joint mean (n, C) and covariance (n·C, n·C) in model units (tensors),
+    with the variance outside the training range unless ``outside`` is False."""
+    fitted = estimator.laplace_
     n, C = len(Xt), fitted.n_outputs
     budget = memory_budget(Xt.device)
     check_budget(8 * (n * C) ** 2, f"The joint predictive covariance of {n} rows × {C} "
@@ -39,11 +49,10 @@ def joint_moments(estimator, X):
             J = torch.cat([J for _, J in parts]).reshape(1, n * C, -1)
             cov = fitted.posterior.functional_variance(J)[0]
             cov = 0.5 * (cov + cov.T)
-            if fitted.outside is not None:  # its GP couples the rows, each output alike
+            if outside and fitted.outside is not None:  # its GP couples the rows, each output alike
                 K = fitted.outside.cross(Xt, Xt).to(cov)
                 cov = cov + torch.kron(K, torch.eye(C, dtype=cov.dtype, device=cov.device))
-    return fitted.targets.joint_moments(mean.cpu().numpy(), cov.cpu().numpy().reshape(n, C, n, C),
-                                        fitted.hyper.sigma)
+    return mean, cov
 
 
 def per_output_cov(estimator, cov):
@@ -52,9 +61,10 @@ def per_output_cov(estimator, cov):
     return per_output[:, :, 0] if estimator.laplace_.targets.ndim == 1 else per_output
 
 
-def sample_joint(estimator, X, n_samples, random_state):
-    """Draws of y from the joint predictive: (n, n_samples) for 1-d y, else (n, C, n_samples)."""
-    mean, cov = joint_moments(estimator, X)
+def sample_joint(estimator, X, n_samples, random_state, moments=joint_moments):
+    """Draws of y from the joint predictive (``moments``: its mean and covariance in the
+    units of y): (n, n_samples) for 1-d y, else (n, C, n_samples)."""
+    mean, cov = moments(estimator, X)
     n, C = mean.shape
     flat = cov.reshape(n * C, n * C)
     try:

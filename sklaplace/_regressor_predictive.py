@@ -33,7 +33,8 @@ class RegressorPredictive:
         prior_precision : float or array-like, default=None
             Whole-net form as the constructor parameter; ``None`` uses ``prior_precision_``.
         sigma_noise : float or array-like, default=None
-            In the units of y, of the form of ``sigma_noise_``; ``None`` uses ``sigma_noise_``.
+            In the units of y, of the form of ``sigma_noise_``; ``None`` uses ``sigma_noise_``
+            (``None`` only with ``noise="heteroscedastic"``).
 
         Returns
         -------
@@ -48,13 +49,18 @@ class RegressorPredictive:
             If ``sigma_noise`` does not have the form of ``sigma_noise_``.
         """
         check_is_fitted(self)
+        fitted = self.laplace_
+        if fitted.likelihood.name == "heteroscedastic":
+            if sigma_noise is not None:
+                raise ValueError("sigma_noise: this fit's noise is per row "
+                                 "(noise='heteroscedastic'); leave sigma_noise=None.")
+            return self._log_evidence(prior_precision, None) + self._evidence_offset(fitted)
         sigma = self.sigma_noise_ if sigma_noise is None else sigma_noise
         positive_array("sigma_noise", sigma)
         if np.ndim(sigma) != np.ndim(self.sigma_noise_):
             raise ValueError(
                 f"sigma_noise must have the form of sigma_noise_ (shape {np.shape(self.sigma_noise_)})."
             )
-        fitted = self.laplace_
         value = self._log_evidence(prior_precision,
                                    fitted.targets.sigma_model(sigma, fitted.hyper.sigma))
         return value + self._evidence_offset(fitted)
@@ -62,7 +68,9 @@ class RegressorPredictive:
     def _output_moments(self, X):
         """Predictive mean, epistemic and aleatoric variance in the units of y."""
         Xt, fitted = self._X_tensor(X), self.laplace_
-        if self.pred_type == "nn":  # per row chunk: no (S, n, C) outputs for all rows
+        if fitted.likelihood.name == "heteroscedastic":
+            mean, var, noise = self._natural_moments(Xt)
+        elif self.pred_type == "nn":  # per row chunk: no (S, n, C) outputs for all rows
             correction = int(self.n_samples > 1)
             mean, var = fitted.nn_per_chunk(
                 Xt, lambda samples: (samples.mean(0), samples.var(0, correction=correction)),
@@ -70,8 +78,9 @@ class RegressorPredictive:
         else:  # per row chunk: no (n, C, C) covariance for all rows
             mean, var = fitted.per_chunk(Xt, lambda f, cov: (
                 f, torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0)))
-        mean, var, noise = fitted.targets.moments(mean.cpu().numpy(), var.cpu().numpy(),
-                                                  fitted.hyper.sigma)
+        if fitted.likelihood.name != "heteroscedastic":
+            mean, var, noise = fitted.targets.moments(mean.cpu().numpy(), var.cpu().numpy(),
+                                                      fitted.hyper.sigma)
         if fitted.targets.ndim == 1:
             return mean[:, 0], var[:, 0], noise[:, 0]
         return mean, var, noise
@@ -138,7 +147,7 @@ class RegressorPredictive:
         if return_std and return_cov:
             raise ValueError("At most one of return_std or return_cov can be requested.")
         if return_cov:
-            mean, cov = joint_moments(self, X)
+            mean, cov = self._joint_moments()(self, X)
             mean = mean[:, 0] if self.laplace_.targets.ndim == 1 else mean
             return mean, per_output_cov(self, cov)
         mean, var, noise = self._output_moments(X)
@@ -171,7 +180,12 @@ class RegressorPredictive:
         """
         check_is_fitted(self)
         check_positive("n_samples", n_samples, integer=True)
-        return sample_joint(self, X, int(n_samples), random_state)
+        return sample_joint(self, X, int(n_samples), random_state, self._joint_moments())
+
+    def _joint_moments(self):
+        if self.laplace_.likelihood.name == "heteroscedastic":
+            return type(self)._natural_joint
+        return joint_moments
 
     @refuse_dask
     @thread_policy
@@ -193,8 +207,12 @@ class RegressorPredictive:
         Returns
         -------
         samples : ndarray of shape (n_samples, n_rows, n_outputs)
-            The value of each drawn function at each row and output.
+            The value of each drawn function at each row and output (with
+            ``noise="heteroscedastic"``, of the mean μ(x) = η₁(x)·σ²(x)).
         """
+        check_is_fitted(self)
+        if self.laplace_.likelihood.name == "heteroscedastic":
+            return self._natural_functions(X, n_samples, random_state)
         f = self._function_samples(X, n_samples, random_state).cpu().numpy()
         targets = self.laplace_.targets
         return f * targets.std + targets.mean

@@ -62,8 +62,7 @@ PARAMETER_CONSTRAINTS = {
     "n_samples": _at_least(1),
     "extrapolation_variance": [StrOptions({"auto"}), _NON_NEGATIVE, None],
     "temperature": _POSITIVE,
-    "online_frequency": _at_least(1),
-    "online_burn_in": _at_least(0),
+    "online_frequency": _at_least(1), "online_burn_in": _at_least(0),
     "online_steps": _at_least(1) + [None],
     "online_lr": _POSITIVE,
     "device": "no_validation",  # a torch device that exists here: check_params
@@ -81,6 +80,7 @@ CLASSIFIER_CONSTRAINTS = {
 REGRESSOR_CONSTRAINTS = {
     **PARAMETER_CONSTRAINTS,
     "sigma_noise": "no_validation",  # a positive float or 1-D array: check_params
+    "noise": [StrOptions({"homoscedastic", "heteroscedastic"})],  # its rules: _regressor_noise
     "normalize_y": ["boolean"],
 }
 

@@ -10,13 +10,15 @@ from ._continual import RegressorPartialFit
 from ._laplace.hyperparameters import (TARGET_SCALING, TargetScale, check_sigma_scale,
                                        trained_scaling)
 from ._laplace.workflow import torch_entry_point
+from ._regressor_noise import RegressorNoise
 from ._regressor_predictive import RegressorPredictive
 from ._threads import thread_policy
 from ._validation import (REGRESSOR_CONSTRAINTS, check_fit_weight, positive_array,
                           validate_numeric, without_zero_weights)
 
 
-class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorPartialFit, BaseLaplace):
+class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, RegressorPartialFit,
+                       BaseLaplace):
     """Neural network regressor with a Laplace approximation posterior.
 
     Trains a skorch net to the MAP of a Gaussian likelihood (the prior as
@@ -169,6 +171,19 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorPartialFit,
         of y otherwise. The fitted ``sigma_noise_`` is always in the units of y;
         the evidence tunes it within [1e-3, 10]·s per output, s the larger of
         std(y) and the RMS of the MAP's residuals (warning at a bound).
+    noise : {"homoscedastic", "heteroscedastic"}, default="homoscedastic"
+        The observation noise. ``"homoscedastic"``: one σ per output
+        (``sigma_noise``). ``"heteroscedastic"``: a σ(x) per row that the network
+        predicts (Immer et al. 2023): it outputs, per target, the natural parameter
+        η₁ = μ/σ² and the log precision −log σ² (η₂ = −1/(2σ²)); the LA covers both
+        heads with the GGN of the Gaussian in natural parameters, the tuners tune the
+        prior alone, and the predictive is the Gaussian with the exact mean and
+        variance of y under the GLM's Gaussian over the outputs (moment matching);
+        ``predict_dist(X).aleatoric_var`` is the per-row E[σ²], ``epistemic_var`` the
+        variance of μ. ``sigma_noise`` must stay 1.0 and ``sigma_noise_`` is not set;
+        a skorch net needs the criterion
+        ``sklaplace.nets.HeteroscedasticGaussianNLLLoss``; not with ``refine`` nor
+        ``partial_fit``.
     normalize_y : bool, default=True
         Standardize the targets internally, so that every scale-dependent
         setting (``sigma_noise``, ``prior_precision``, the σ floor of tuning)
@@ -292,7 +307,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorPartialFit,
     ((3,), (3,))
     """
 
-    _likelihood_kinds = ("gaussian",)
+    _likelihood_kinds = ("gaussian", "heteroscedastic")
     _parameter_constraints = REGRESSOR_CONSTRAINTS
 
     def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
@@ -303,7 +318,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorPartialFit,
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", gp_subset_size=None, n_samples=100,
                  extrapolation_variance="auto", temperature=1.0, refine=None,
-                 sigma_noise=1.0,
+                 sigma_noise=1.0, noise="homoscedastic",
                  normalize_y=True, online_frequency=5, online_burn_in=0, online_steps=None,
                  online_lr=0.1, device="cpu", memory=None, random_state=None, verbose=0):
         self.net = net
@@ -330,6 +345,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorPartialFit,
         self.extrapolation_variance = extrapolation_variance
         self.temperature = temperature
         self.sigma_noise = sigma_noise
+        self.noise = noise
         self.normalize_y = normalize_y
         self.online_frequency = online_frequency
         self.online_burn_in = online_burn_in
@@ -395,6 +411,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorPartialFit,
         y2 = y.reshape(len(y), -1)
         sample_weight = check_fit_weight(sample_weight, X)
         X, y2, sample_weight = without_zero_weights(X, y2, sample_weight)
+        kind = self._noise_likelihood(task)
         sigma = positive_array("sigma_noise", self.sigma_noise)
         if sigma.size not in (1, y2.shape[1]):
             raise ValueError(f"sigma_noise has {sigma.size} values but y has {y2.shape[1]} outputs.")
@@ -407,9 +424,10 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorPartialFit,
             y2, bool(self.normalize_y) and not frozen, y.ndim, sample_weight,
             trained=trained_scaling(self.net.estimator, y2.shape[1]) if frozen else None)
         y_model = targets.to_model(y2)
-        if not frozen:  # only training can overflow
+        if not frozen and kind == "gaussian":  # only training can overflow
             check_sigma_scale(self.sigma_noise, sigma, y_model, targets.normalizes, sample_weight)
-        self._fit(X, y_model, "gaussian", y2.shape[1], targets, sample_weight, task=task)
+        self._fit(X, y_model, kind, (2 if kind != "gaussian" else 1) * y2.shape[1], targets,
+                  sample_weight, task=task)
         return self._record_scaling()
 
     def _record_scaling(self):
@@ -428,23 +446,3 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorPartialFit,
             isinstance(self.net, FrozenEstimator), np.size(self.sigma_noise),
             self.max_epochs if self.net is None else self.net.max_epochs,
             self.online_burn_in, self.online_frequency, self.subset_of_weights)
-
-    def _check_outputs(self, likelihood, n_outputs, n_out):
-        if n_out != n_outputs:
-            raise ValueError(
-                f"The network outputs {n_out} values per row but y has {n_outputs} "
-                "outputs."
-            )
-
-    def _initial_sigma(self):
-        # The parameter is in the units the net is trained in: those of the standardized
-        # target with normalize_y (as GaussianProcessRegressor's alpha), else of y.
-        sigma = np.asarray(self.sigma_noise, dtype=float)
-        return float(sigma.reshape(())) if sigma.size == 1 else sigma.copy()
-
-    def _evidence_offset(self, fitted):
-        return fitted.targets.evidence_offset(fitted.evidence.n_rows)
-
-    def _store_sigma(self, fitted):
-        self.sigma_noise_ = fitted.targets.sigma_original(fitted.hyper.sigma)
-

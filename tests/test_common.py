@@ -19,6 +19,7 @@ ESTIMATORS = [
                      n_samples=20, **SMALL),
     LaplaceClassifier(solver="lbfgs", hyperparameter_tuning="evidence", **SMALL),
     LaplaceRegressor(solver="lbfgs", **SMALL),
+    LaplaceRegressor(noise="heteroscedastic", **SMALL),
 ]
 
 

@@ -124,7 +124,8 @@ CLASSIFIER = [
      ONLINE_FROZEN),
     (dict(net=NeuralNetClassifier(MLP)),  # skorch's NLLLoss on probabilities
      "The net's criterion NLLLoss has no likelihood sklaplace knows; criterion must be "
-     "CrossEntropyLoss, BCEWithLogitsLoss or MSELoss (skorch's default NLLLoss on "
+     "CrossEntropyLoss, BCEWithLogitsLoss, MSELoss or "
+     "sklaplace.nets.HeteroscedasticGaussianNLLLoss (skorch's default NLLLoss on "
      "probabilities is not supported: output logits)."),
     (dict(net=_clf_net(optimizer__weight_decay=1e-3)), DECAY),
     (dict(net=_clf_net(criterion__label_smoothing=0.2)), SETTINGS),

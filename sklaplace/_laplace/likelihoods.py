@@ -36,6 +36,7 @@ from torch import nn
 class _Likelihood:
     name = None
     has_noise = False  # an observation noise σ (scales the log-likelihood and Λ)
+    regression = False  # real-valued targets (no stratified split, no "auto" outside variance)
     single_logit = False  # one logit for two classes
     multilabel = False  # one sigmoid per label of an indicator matrix
 
@@ -149,6 +150,7 @@ class Gaussian(_Likelihood):
 
     name = "gaussian"
     has_noise = True
+    regression = True
 
     def n_outputs(self, n_classes):
         return n_classes
@@ -196,6 +198,7 @@ class HeteroscedasticGaussian(_Likelihood):
     """
 
     name = "heteroscedastic"
+    regression = True
 
     def n_outputs(self, n_targets):
         return 2 * n_targets

@@ -1,0 +1,167 @@
+"""The regressor's noise model: one σ per output, or a σ(x) that the network predicts.
+
+``noise="homoscedastic"`` is the Gaussian likelihood with the noise ``sigma_noise``
+(tuned with δ). ``noise="heteroscedastic"`` is the Gaussian in natural parameters
+(:class:`~._laplace.likelihoods.HeteroscedasticGaussian`): the net outputs, per target,
+η₁ = μ/σ² and the log precision −log σ², the curvature is the GGN of that likelihood,
+the tuners tune δ alone, and the predictive maps the Gaussian over the outputs to the
+mean and variance of y by moment matching (:mod:`._laplace.natural`).
+
+:class:`RegressorNoise` holds the hooks of the shared fit sequence that depend on the
+noise model (outputs per target, σ, the held-out NLL, what is stored), the rules of
+its combination with other parameters, and the heteroscedastic predictive readouts.
+"""
+
+import dataclasses
+
+import numpy as np
+import torch
+from sklearn.frozen import FrozenEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from ._joint import model_joint
+from ._laplace import natural, nets
+from ._laplace.fitted import generator
+from ._validation import check_positive, check_seed
+
+HETERO = "heteroscedastic"
+_CRITERION = "sklaplace.nets.HeteroscedasticGaussianNLLLoss"
+
+
+def _net_likelihood(net):
+    inner = net.estimator if isinstance(net, FrozenEstimator) else net
+    try:
+        return nets.likelihood_of(inner)
+    except (ValueError, AttributeError):
+        return None  # check_params names the criterion problem
+
+
+class RegressorNoise:
+    """Noise-model hooks and readouts of :class:`~sklaplace.LaplaceRegressor` (a mixin)."""
+
+    def _heteroscedastic(self):
+        return self.noise == HETERO
+
+    def _noise_likelihood(self, task=None):
+        """The likelihood name of ``noise``, after the rules of its combinations."""
+        if not self._heteroscedastic():
+            if self.net is not None and _net_likelihood(self.net) == HETERO:
+                raise ValueError(
+                    f"The net's criterion is {_CRITERION} (natural parameters of a noise "
+                    "per row): use noise='heteroscedastic', or criterion MSELoss.")
+            return "gaussian"
+        problems = []
+        if np.size(self.sigma_noise) != 1 or float(np.ravel(self.sigma_noise)[0]) != 1.0:
+            problems.append(
+                "sigma_noise must stay at its default 1.0: the network predicts the noise "
+                "(predict_dist(X).aleatoric_var), and sigma_noise_ is not set")
+        if self.refine is not None:
+            problems.append(f"refine={self.refine!r} is not available (use refine=None): "
+                            "the refined GLM is implemented for a fixed noise")
+        if task is not None:
+            problems.append("partial_fit is not available")
+        if self.net is not None and _net_likelihood(self.net) not in (None, HETERO):
+            problems.append(
+                f"the net's criterion gives a {_net_likelihood(self.net)} likelihood; "
+                f"expected {_CRITERION}, with a module returning (n_samples, 2 * n_targets) "
+                "values: η₁ = μ/σ² per target, then the log precision −log σ² per target")
+        if problems:
+            raise ValueError("noise='heteroscedastic': " + "; ".join(problems) + ".")
+        return HETERO
+
+    # hooks of the shared fit sequence (_base.BaseLaplace)
+    def _check_outputs(self, likelihood, n_outputs, n_out):
+        if n_out == n_outputs:
+            return
+        if likelihood.name == HETERO:
+            raise ValueError(
+                f"The network outputs {n_out} values per row, but noise='heteroscedastic' "
+                f"with {n_outputs // 2} target(s) expects {n_outputs}: η₁ = μ/σ² per target, "
+                "then the log precision −log σ² per target.")
+        raise ValueError(
+            f"The network outputs {n_out} values per row but y has {n_outputs} outputs.")
+
+    def _initial_sigma(self):
+        # The parameter is in the units the net is trained in: those of the standardized
+        # target with normalize_y (as GaussianProcessRegressor's alpha), else of y.
+        sigma = np.asarray(self.sigma_noise, dtype=float)
+        return float(sigma.reshape(())) if sigma.size == 1 else sigma.copy()
+
+    def _evidence_offset(self, fitted):
+        return fitted.targets.evidence_offset(fitted.evidence.n_rows)
+
+    def _store_sigma(self, fitted):
+        if fitted.likelihood.name == HETERO:
+            self.__dict__.pop("sigma_noise_", None)  # the noise is per row: predict_dist
+        else:
+            self.sigma_noise_ = fitted.targets.sigma_original(fitted.hyper.sigma)
+
+    def _held_out_scorers(self, likelihood, seed):
+        """The held-out NLL (model units) of the moment-matched predictive: of GLM moments
+        (f, cov) and of output draws (S, n, 2T), per row."""
+        if likelihood.name != HETERO:
+            return None
+        return (lambda f, cov, y: _nll(natural.moments(f, cov), y),
+                lambda samples, y: _nll(natural.sample_moments(samples), y))
+
+    # heteroscedastic readouts, in the units of y
+    def _natural_moments(self, Xt):
+        """(mean, epistemic variance, aleatoric variance) (n, T), numpy, units of y."""
+        fitted = self.laplace_
+        if self.pred_type == "nn":
+            mean, var, noise = fitted.nn_per_chunk(Xt, natural.sample_moments, self.n_samples)
+        else:  # the variance outside the training range adds to the mean's variance
+            inner = dataclasses.replace(fitted, outside=None)
+            mean, var, noise = inner.per_chunk(Xt, natural.moments)
+            if fitted.outside is not None:
+                with torch.no_grad():
+                    var = var + fitted.outside.diag(Xt).to(var)[:, None]
+        t = fitted.targets
+        return (mean.cpu().numpy() * t.std + t.mean, var.cpu().numpy() * t.std**2,
+                noise.cpu().numpy() * t.std**2)
+
+    def _natural_joint(self, X):
+        """Joint mean (n, T) and covariance (n, T, n, T) of y, units of y."""
+        fitted, Xt = self.laplace_, self._X_tensor(X)
+        n, C = len(Xt), fitted.n_outputs
+        if self.pred_type == "nn":
+            samples = fitted.nn_samples(Xt, self.n_samples, generator(fitted.prediction_seed))
+            eta1, g = samples[..., :C // 2], samples[..., C // 2:]
+            mu = (eta1 * torch.exp(-g)).reshape(len(samples), -1)
+            mean = mu.mean(0).reshape(n, -1)
+            centred = mu - mu.mean(0)
+            cov_mu = (centred.T @ centred / max(1, len(samples) - 1)).reshape(n, -1, n, C // 2)
+            noise = torch.exp(-g).mean(0)
+        else:
+            f, cov = model_joint(self, Xt, outside=False)
+            mean, cov_mu, noise = natural.joint(f, cov.reshape(n, C, n, C))
+            if fitted.outside is not None:
+                K = fitted.outside.cross(Xt, Xt).to(cov_mu)
+                cov_mu = cov_mu + K[:, None, :, None] * torch.eye(C // 2).to(cov_mu)[None, :, None]
+        t = fitted.targets
+        mean = mean.cpu().numpy() * t.std + t.mean
+        cov_y = cov_mu.cpu().numpy() * t.std[None, :, None, None] * t.std[None, None, None, :]
+        rows = np.arange(n)
+        noise = noise.cpu().numpy() * t.std**2
+        cov_y[rows, :, rows, :] += np.einsum("nc,cd->ncd", noise, np.eye(C // 2))
+        return mean, cov_y
+
+    def _natural_functions(self, X, n_samples, random_state):
+        """Draws of the mean function μ(x) = η₁e^(−g) (S, n, T), units of y (the variance
+        outside the training range added to μ)."""
+        check_is_fitted(self)
+        check_positive("n_samples", n_samples, integer=True)
+        fitted, Xt = self.laplace_, self._X_tensor(X)
+        seed = check_seed("random_state", random_state).randint(0, 2**31 - 1)
+        f = dataclasses.replace(fitted, outside=None).function_samples(
+            Xt, n_samples, seed, self.pred_type == "nn")
+        T = f.shape[-1] // 2
+        mu = f[..., :T] * torch.exp(-f[..., T:])
+        if fitted.outside is not None:
+            mu = mu + fitted.outside.sample(Xt, n_samples, T, generator(seed + 1)).to(mu)
+        return mu.cpu().numpy() * fitted.targets.std + fitted.targets.mean
+
+
+def _nll(moments, y):
+    mean, epistemic, aleatoric = moments
+    return natural.gaussian_nll(mean, epistemic + aleatoric, y.to(mean)).cpu().numpy()
