@@ -5,7 +5,7 @@
 (:class:`~._laplace.likelihoods.HeteroscedasticGaussian`): the net outputs, per target,
 η₁ = μ/σ² and the log precision −log σ², the curvature is the GGN of that likelihood,
 the tuners tune δ alone, and the predictive maps the Gaussian over the outputs to the
-mean and variance of y by moment matching (:mod:`._laplace.natural`).
+mean and variance of y by linearizing the mean function (:mod:`._laplace.natural`).
 
 :class:`RegressorNoise` holds the hooks of the shared fit sequence that depend on the
 noise model (outputs per target, σ, the held-out NLL, what is stored), the rules of
@@ -97,8 +97,8 @@ class RegressorNoise:
             self.sigma_noise_ = fitted.targets.sigma_original(fitted.hyper.sigma)
 
     def _held_out_scorers(self, likelihood, seed):
-        """The held-out NLL (model units) of the moment-matched predictive: of GLM moments
-        (f, cov) and of output draws (S, n, 2T), per row."""
+        """The held-out NLL (model units, per row) of the predictive
+        (:mod:`._laplace.natural`): of GLM moments (f, cov) and of output draws (S, n, 2T)."""
         if likelihood.name != HETERO:
             return None
         return (lambda f, cov, y: _nll(natural.moments(f, cov), y),

@@ -177,10 +177,11 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         predicts (Immer et al. 2023): it outputs, per target, the natural parameter
         η₁ = μ/σ² and the log precision −log σ² (η₂ = −1/(2σ²)); the LA covers both
         heads with the GGN of the Gaussian in natural parameters, the tuners tune the
-        prior alone, and the predictive is the Gaussian with the exact mean and
-        variance of y under the GLM's Gaussian over the outputs (moment matching);
-        ``predict_dist(X).aleatoric_var`` is the per-row E[σ²], ``epistemic_var`` the
-        variance of μ. ``sigma_noise`` must stay 1.0 and ``sigma_noise_`` is not set;
+        prior alone, and the predictive is N(μ(x), Var μ(x) + σ²(x)): the GLM's Gaussian
+        over the outputs mapped to the mean function μ = η₁σ² linearized (the delta
+        method), σ²(x) that of the MAP; ``predict_dist(X).aleatoric_var`` is the per-row
+        σ²(x), ``epistemic_var`` Var μ(x). ``sigma_noise`` must stay 1.0 and
+        ``sigma_noise_`` is not set;
         a skorch net needs the criterion
         ``sklaplace.nets.HeteroscedasticGaussianNLLLoss``; not with ``refine`` nor
         ``partial_fit``.

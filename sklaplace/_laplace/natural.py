@@ -2,20 +2,17 @@
 
 The network's outputs per target are η₁ = μ/σ² and the log precision g = −log σ²
 (:class:`~.likelihoods.HeteroscedasticGaussian`); the GLM predictive gives them jointly
-Gaussian, (η₁, g) ~ N(f, V). The predictive of y is then a scale mixture of Gaussians,
-N(μ, σ²) with μ = η₁e^(−g) and σ² = e^(−g) random; it is summarised by the Gaussian with
-its exact first two moments (moment matching), in closed form because g is Gaussian
-(lognormal moments, and E[X e^(aY)] = e^(a m_Y + a² v_Y/2)(m_X + a·Cov(X, Y)) for jointly
-Gaussian X, Y):
-
-- aleatoric variance E[σ²] = exp(−g + v_g/2);
-- mean E[μ] = exp(−g + v_g/2)(η₁ − c), c = Cov(η₁, g);
-- epistemic variance Var[μ] = E[μ²] − E[μ]², E[μ²] = exp(−2g + 2v_g)((η₁ − 2c)² + v₁);
-
-so mean and total variance E[σ²] + Var[μ] are those of y exactly (the law of total
-variance). For V → 0 the epistemic variance is the delta method's ∇μᵀ V ∇μ. The joint
-moments over rows (``return_cov``, ``sample_y``) use the same identity for every pair.
-With ``pred_type="nn"`` the moments are those of the draws.
+Gaussian, (η₁, g) ~ N(f, V). The mean and variance functions μ = η₁e^(−g) and
+σ² = e^(−g) are linearized at f as the network is at θ* (the delta method): the
+predictive of y is N(μ(f), ∇μᵀ V ∇μ + σ²(f)) with ∇μ = (e^(−g), −μ) — the GLM
+predictive of the mean function μ(x; θ) plus the noise of the MAP's σ²(x). It is the
+exact moment matching of the mixture to first order in V. The exact moments (lognormal:
+E[σ²] = e^(−g + v_g/2), E[μ] = e^(−g + v_g/2)(η₁ − Cov(η₁, g)), ...) grow like e^(2v_g)
+where V is large, beyond the training range: on y = sin 3x + ε with σ(x) = 0.05 + 0.4|x|
+(2,000 rows on [−1, 1]) the test NLL on [1, 1.5] was 2.15 with them against 1.29
+linearized, the same 0.09 in range (``examples/plot_heteroscedastic.py``'s data).
+The joint moments over rows (``return_cov``, ``sample_y``) linearize the same way.
+With ``pred_type="nn"`` the moments are those of the net's draws.
 """
 
 import math
@@ -32,17 +29,13 @@ def moments(f, cov):
     """Per row: (mean, epistemic variance, aleatoric variance), each (n, T), of the
     outputs' means ``f`` (n, 2T) and covariances ``cov`` (n, 2T, 2T), model units."""
     eta1, g, T = _split(f)
-    d = torch.diagonal(cov, dim1=1, dim2=2)
-    v1, vg = d[:, :T].clamp_min(0), d[:, T:].clamp_min(0)
+    aleatoric = torch.exp(-g)
+    mean = eta1 * aleatoric
+    v1 = torch.diagonal(cov[:, :T, :T], dim1=1, dim2=2)
+    vg = torch.diagonal(cov[:, T:, T:], dim1=1, dim2=2)
     c = torch.diagonal(cov[:, :T, T:], dim1=1, dim2=2)
-    aleatoric = torch.exp(-g + 0.5 * vg)
-    mean = aleatoric * (eta1 - c)
-    # E[μ²] − E[μ]² = e^(−2g + v_g)·(expm1(v_g)·((η₁ − 2c)² + v₁) + v₁ + 3c² − 2cη₁),
-    # written without the cancellation of the two large terms
-    a = (eta1 - 2 * c) ** 2 + v1
-    inner = torch.expm1(vg) * a + v1 + 3 * c**2 - 2 * c * eta1
-    epistemic = (torch.exp(-2 * g + vg) * inner).clamp_min(0)
-    return mean, epistemic, aleatoric
+    epistemic = aleatoric**2 * v1 - 2 * aleatoric * mean * c + mean**2 * vg
+    return mean, epistemic.clamp_min(0), aleatoric
 
 
 def sample_moments(samples):
@@ -58,23 +51,18 @@ def joint(f, cov):
     aleatoric variance (n, T) of ``f`` (n, 2T) and the joint ``cov`` (n, 2T, n, 2T)."""
     eta1, g, T = _split(f)
     n = f.shape[0]
-    eta1, g = eta1.reshape(-1), g.reshape(-1)  # index a = row·T + target
+    aleatoric = torch.exp(-g)
+    mean = eta1 * aleatoric
+    # ∇μ per output of the flattened (row, target) index: d/dη₁ = e^(−g), d/dg = −μ
+    d1, dg = aleatoric.reshape(-1), -mean.reshape(-1)
     V = cov.reshape(n, 2 * T, n, 2 * T)
     V11 = V[:, :T, :, :T].reshape(n * T, n * T)
     Vgg = V[:, T:, :, T:].reshape(n * T, n * T)
     V1g = V[:, :T, :, T:].reshape(n * T, n * T)  # Cov(η₁_a, g_b)
-    dgg, d1g = Vgg.diagonal(), V1g.diagonal()
-    # E[μ_a μ_b] with a = −1 on g_a and g_b: tilt exp(−g_a − g_b + ½ Var(g_a + g_b)),
-    # tilted means η₁_a − Cov(η₁_a, g_a + g_b)
-    tilt = torch.exp(-g[:, None] - g[None, :] + 0.5 * (dgg[:, None] + dgg[None, :]) + Vgg)
-    m_a = eta1[:, None] - d1g[:, None] - V1g
-    m_b = eta1[None, :] - d1g[None, :] - V1g.T
-    second = tilt * (m_a * m_b + V11)
-    aleatoric = torch.exp(-g + 0.5 * dgg)
-    mean = aleatoric * (eta1 - d1g)
-    cov_mu = second - torch.outer(mean, mean)
+    cov_mu = (d1[:, None] * d1[None, :] * V11 + d1[:, None] * dg[None, :] * V1g
+              + dg[:, None] * d1[None, :] * V1g.T + dg[:, None] * dg[None, :] * Vgg)
     cov_mu = 0.5 * (cov_mu + cov_mu.T)
-    return mean.reshape(n, T), cov_mu.reshape(n, T, n, T), aleatoric.reshape(n, T)
+    return mean, cov_mu.reshape(n, T, n, T), aleatoric
 
 
 def gaussian_nll(mean, var, y):
