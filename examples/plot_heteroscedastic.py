@@ -2,7 +2,7 @@
 Noise that depends on the input: aleatoric and epistemic std
 ============================================================
 
-y = sin 3x + ε with σ(x) = 0.05 + 0.4·|x|, x uniform on [−1, 1], 2,000 training rows.
+``y = sin 3x + ε`` with ``σ(x) = 0.05 + 0.4·|x|``, x uniform on [−1, 1], 2,000 training rows.
 ``LaplaceRegressor(noise="heteroscedastic")`` trains a net whose two outputs are the
 natural parameters of the Gaussian (η₁ = μ/σ² and the log precision −log σ²), fits the
 Laplace approximation over both heads and predicts, per row, the aleatoric variance
