@@ -102,8 +102,9 @@ API_SECTIONS = [
     ("sklaplace", "Estimators, predictive distributions and the weight posterior",
      "The two estimators, what their ``predict_dist`` returns, the Gaussian over the weights "
      "(``posterior_``) and ``predict_dist`` through a Pipeline."),
-    ("sklaplace.distributions", "Links",
-     "The functions that turn a Gaussian over the logits into class probabilities."),
+    ("sklaplace.distributions", "More predictive distributions, and the links",
+     "The distributions not exported at the top level, and the functions that turn a "
+     "Gaussian over the logits into class probabilities."),
     ("sklaplace.metrics", "Metrics and scorers",
      "Calibration, proper scores, interval coverage, OOD scores, and scorers for "
      "``GridSearchCV``."),
