@@ -7,7 +7,7 @@ these functions (their ``__module__``).
 import numpy as np
 from scipy.stats import norm
 
-from ._checks import (_average, _check_confidence, _check_n, _check_regression,
+from .._checks import (_average, _check_confidence, _check_n, _check_regression,
                       _check_sample_weight, _check_std)
 
 

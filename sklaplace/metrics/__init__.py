@@ -12,14 +12,14 @@ indices, so a sample without every class needs no ``labels``. Every metric takes
 ``sample_weight``; integer weights equal repeated rows.
 """
 
-from ._classification_metrics import (expected_calibration_error, maximum_calibration_error,
+from ._classification import (expected_calibration_error, maximum_calibration_error,
                                       multiclass_brier_score, negative_log_likelihood,
                                       reliability_curve)
-from ._regression_metrics import (crps_gaussian, gaussian_nll, interval_coverage,
+from ._regression import (crps_gaussian, gaussian_nll, interval_coverage,
                                   regression_calibration_curve, regression_calibration_error,
                                   sharpness)
 from ._scoring import neg_coverage_error_scorer, neg_crps_scorer, neg_gaussian_nll_scorer
-from .ood import _last_step, ood_detection_metrics, ood_scores
+from ..ood import _last_step, ood_detection_metrics, ood_scores
 
 __all__ = [
     "expected_calibration_error",

@@ -7,7 +7,7 @@ functions (their ``__module__``).
 import numpy as np
 from sklearn.metrics import brier_score_loss, log_loss
 
-from ._checks import _check_classification, _check_n, _check_strategy
+from .._checks import _check_classification, _check_n, _check_strategy
 
 
 def _binned_top_label(y_true, y_prob, n_bins, strategy, labels=None, sample_weight=None):

@@ -4,8 +4,8 @@ Plain callables ``scorer(estimator, X, y)`` (``make_scorer`` cannot reach
 ``predict(X, return_std=True)``); importable from :mod:`sklaplace.metrics`.
 """
 
-from ._regression_metrics import crps_gaussian, gaussian_nll, interval_coverage
-from .ood import _last_step
+from ._regression import crps_gaussian, gaussian_nll, interval_coverage
+from ..ood import _last_step
 
 __all__ = ["neg_gaussian_nll_scorer", "neg_crps_scorer", "neg_coverage_error_scorer"]
 
