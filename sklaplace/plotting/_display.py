@@ -1,7 +1,7 @@
 """What the Displays share: matplotlib, imported only when something is drawn; the Axes
 to draw on; the name of an estimator (the last step of a Pipeline) for the legend."""
 
-from .ood import _last_step
+from ..ood import _last_step
 
 
 def _pyplot(caller):

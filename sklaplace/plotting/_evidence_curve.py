@@ -6,8 +6,8 @@ from sklearn.metrics import log_loss
 from sklearn.utils.validation import check_is_fitted
 
 from ._display import _pyplot
-from .metrics import gaussian_nll
-from .ood import _last_step
+from ..metrics import gaussian_nll
+from ..ood import _last_step
 
 #: The default δ values: the range of evidence tuning, 10⁻⁴ … 10⁴, in 41 steps.
 DEFAULT_PRIOR_PRECISIONS = np.logspace(-4, 4, 41)

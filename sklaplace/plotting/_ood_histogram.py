@@ -4,7 +4,7 @@ inputs (re-exported by :mod:`sklaplace.plotting`)."""
 import numpy as np
 
 from ._display import _axes, _estimator_name, _pyplot
-from .ood import ood_scores
+from ..ood import ood_scores
 
 
 _KIND_LABELS = {

@@ -11,8 +11,8 @@ import numpy as np
 from ._display import _axes, _estimator_name, _pyplot
 from ._evidence_curve import EvidenceCurveDisplay
 from ._ood_histogram import OODHistogramDisplay
-from .metrics import regression_calibration_curve, reliability_curve
-from .ood import _final_step, _last_step
+from ..metrics import regression_calibration_curve, reliability_curve
+from ..ood import _final_step, _last_step
 
 __all__ = ["ReliabilityDisplay", "RegressionCalibrationDisplay", "OODHistogramDisplay",
            "EvidenceCurveDisplay"]
