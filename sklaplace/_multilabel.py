@@ -18,8 +18,8 @@ from scipy.special import entr, expit
 from sklearn.utils import check_random_state
 
 from ._checks import _check_n_samples
-from ._links import _psd_sqrt
-from ._scipy_like import _RowsMixin
+from .distributions._links import _psd_sqrt
+from .distributions._scipy_like import _RowsMixin
 
 _LINKS = ("probit", "mc", "nn")
 

@@ -19,7 +19,7 @@ import torch
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from ._joint import model_joint
+from .distributions._joint import model_joint
 from ._laplace import natural, nets
 from ._laplace.fitted import generator
 from ._validation import check_positive, check_seed

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
-from ._joint import joint_moments, per_output_cov, sample_joint
+from .distributions._joint import joint_moments, per_output_cov, sample_joint
 from ._dask import lazy_on_dask, refuse_dask
 from ._laplace.workflow import torch_entry_point
 from ._threads import thread_policy

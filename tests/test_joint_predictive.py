@@ -10,7 +10,7 @@ from sklearn.gaussian_process import GaussianProcessRegressor
 from torch import nn
 
 from sklaplace import LaplaceRegressor
-from sklaplace._joint import joint_moments
+from sklaplace.distributions._joint import joint_moments
 
 
 def _data(n=40, d=3, k=1, seed=0):

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from sklearn.utils import check_random_state
 
-from ._laplace.curvature import check_budget, memory_budget
-from ._laplace.fitted import generator
+from .._laplace.curvature import check_budget, memory_budget
+from .._laplace.fitted import generator
 
 
 def joint_moments(estimator, X):

@@ -14,11 +14,11 @@ from scipy import stats
 from scipy.special import digamma, entr, softmax
 from sklearn.utils import check_random_state
 
-from ._checks import _check_confidence, _check_n_samples
+from .._checks import _check_confidence, _check_n_samples
 from ._dirichlet import DirichletPrediction
 from ._links import (_psd_sqrt, _sample_logits, binary_probit_proba, bridge_alpha,
                      centered_logit_var, mc_proba, mean_field_proba, probit_link, probit_proba)
-from ._multilabel import MultilabelPrediction, multilabel_probit_proba
+from .._multilabel import MultilabelPrediction, multilabel_probit_proba
 from ._scipy_like import _NormalScipyMixin, _RowsMixin
 
 __all__ = [

@@ -8,7 +8,7 @@ from scipy import stats
 from scipy.special import digamma, gammaln, softmax
 from sklearn.utils import check_random_state
 
-from ._checks import _check_confidence, _check_n_samples
+from .._checks import _check_confidence, _check_n_samples
 from ._scipy_like import _RowsMixin
 
 
