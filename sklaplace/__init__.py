@@ -5,6 +5,9 @@ from .classifier import LaplaceClassifier
 from .regressor import LaplaceRegressor
 from .posterior import WeightPosterior
 from ._pipeline import predict_dist
+from ._aliases import install as _install_aliases
+
+_install_aliases()  # pickles that name the modules' earlier paths keep loading
 
 __version__ = "0.1.0"
 

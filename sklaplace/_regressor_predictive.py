@@ -4,7 +4,7 @@ The log evidence at given hyperparameters (σ converted by the fit's ``TargetSca
 and the predictive Gaussians: per row chunk the GLM predictive's mean f(x) and epistemic variance diag J(x) Σ J(x)ᵀ
 (``pred_type="nn"``: the moments of the net at weight samples), plus the noise σ²,
 mapped to the units of y by the fit's ``TargetScale``; the joint predictive over rows
-(``return_cov``, ``sample_y``) in :mod:`._joint`. ``LaplaceRegressor`` inherits these
+(``return_cov``, ``sample_y``) in :mod:`.distributions._joint`. ``LaplaceRegressor`` inherits these
 methods.
 """
 

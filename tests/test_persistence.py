@@ -151,3 +151,49 @@ def test_a_pickle_of_the_earlier_fitted_layout_is_refused_clearly():
     with pytest.raises(ValueError, match="pickled by an earlier sklaplace"):
         old.__setstate__(state)
     assert pickle.loads(pickle.dumps(est)).predict_proba(X).shape == (30, 2)
+
+
+def test_pickles_of_the_flat_layout_load():
+    """Objects pickled when the distributions, metrics and displays were flat modules of
+    ``sklaplace`` (``sklaplace._dirichlet``, ...) load as the classes at their current paths."""
+    from pathlib import Path
+
+    import sklaplace
+    from sklaplace.distributions import LogitGaussianPrediction
+
+    blob = (Path(__file__).parent / "data" / "flat_layout.pkl").read_bytes()
+    assert b"sklaplace._dirichlet" in blob  # written before the move
+    loaded = pickle.loads(blob)
+    objects, expected = loaded["objects"], loaded["expected"]
+    assert type(objects["dirichlet"]) is sklaplace.DirichletPrediction
+    assert type(objects["logit_gaussian"]) is LogitGaussianPrediction
+    assert type(objects["classifier"]) is LaplaceClassifier
+    np.testing.assert_array_equal(objects["dirichlet"].mean, expected["dirichlet_mean"])
+    np.testing.assert_allclose(objects["logit_gaussian"].dirichlet().mean,
+                               expected["dirichlet_mean"], rtol=1e-12)
+    proba = objects["classifier"].predict_proba(expected["X"])
+    assert proba.shape == expected["proba"].shape
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-12)
+
+
+def test_every_earlier_module_path_resolves_in_a_fresh_process():
+    """A pickle naming a moved module's earlier path finds the class at its current path,
+    also when nothing of sklaplace but the package itself was imported before."""
+    import subprocess
+    import sys
+
+    from sklaplace._aliases import MOVED
+
+    code = (
+        "import importlib, pickle, sklaplace\n"
+        f"for old, new in {MOVED!r}.items():\n"
+        "    module = importlib.import_module(new)\n"
+        "    name = next(n for n, v in vars(module).items()\n"
+        "                if isinstance(v, type) and v.__module__ == new or callable(v)\n"
+        "                and getattr(v, '__module__', None) == new)\n"
+        "    found = pickle.loads(f'c{old}\\n{name}\\n.'.encode())\n"
+        "    assert found is getattr(module, name), (old, name)\n"
+        "    assert module.__spec__.name == new\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
