@@ -301,3 +301,20 @@ def test_the_multilabel_benchmark_tasks_and_scores():
     expected = -np.mean(np.log([0.9, 0.8, 0.7, 0.6]))
     assert multilabel.per_label_nll(Y_small, proba) == pytest.approx(expected)
     assert multilabel.confidence(proba) == pytest.approx(np.mean([0.9, 0.8, 0.7, 0.6]))
+
+
+def test_evidence_curve_scores_held_out_rows_per_label():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sklaplace.plotting import EvidenceCurveDisplay
+
+    clf, X, Y = _fit_default(hyperparameter_tuning="evidence")
+    values = [0.1, 10.0]
+    display = EvidenceCurveDisplay.from_estimator(clf, X[:40], Y[:40], prior_precisions=values)
+    for value, nll in zip(values, display.validation_nll):
+        proba = clf._with_prior(value).predict_proba(X[:40])
+        expected = -(Y[:40] * np.log(proba) + (1 - Y[:40]) * np.log(1 - proba)).sum(1).mean()
+        assert nll == pytest.approx(expected, rel=1e-10)
+    plt.close("all")

@@ -6,6 +6,7 @@ from sklearn.metrics import log_loss
 from sklearn.utils.validation import check_is_fitted
 
 from ._display import _pyplot
+from .._multilabel import multilabel_nll
 from ..metrics import gaussian_nll
 from ..ood import _last_step
 
@@ -14,9 +15,12 @@ DEFAULT_PRIOR_PRECISIONS = np.logspace(-4, 4, 41)
 
 
 def _held_out_nll(estimator, X_val, y_val):
-    """Mean NLL of the held-out rows: log loss (classifier) or Gaussian NLL (regressor)."""
+    """Mean NLL of the held-out rows: log loss (classifier; multilabel: the labels' Bernoulli
+    NLLs summed per row, as ``"cv"`` tuning scores them) or Gaussian NLL (regressor)."""
     if hasattr(estimator, "predict_proba"):
         proba = estimator.predict_proba(X_val)
+        if estimator.laplace_.likelihood.multilabel:
+            return float(multilabel_nll(proba, y_val).mean())
         return float(log_loss(y_val, proba, labels=estimator.classes_))
     mean, std = estimator.predict(X_val, return_std=True)
     return float(gaussian_nll(np.asarray(y_val, dtype=float).reshape(mean.shape), mean, std))
