@@ -318,3 +318,27 @@ def test_evidence_curve_scores_held_out_rows_per_label():
         expected = -(Y[:40] * np.log(proba) + (1 - Y[:40]) * np.log(1 - proba)).sum(1).mean()
         assert nll == pytest.approx(expected, rel=1e-10)
     plt.close("all")
+
+
+def test_integer_sample_weights_equal_duplicated_rows():
+    """Full-batch L-BFGS in float64: the weighted fit is the fit of the duplicated rows (MAP,
+    curvature and evidence tuning), as for the single-label classifier."""
+    X, Y = make_multilabel_classification(n_samples=60, n_features=4, n_classes=3,
+                                          random_state=0)
+    X = StandardScaler().fit_transform(X)
+    weight = np.random.default_rng(0).integers(0, 3, len(X))
+    params = dict(hidden_layer_sizes=(5,), solver="lbfgs", max_epochs=50,
+                  hyperparameter_tuning="evidence", random_state=0)
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            weighted = LaplaceClassifier(**params).fit(X, Y, sample_weight=weight)
+            repeated = LaplaceClassifier(**params).fit(np.repeat(X, weight, 0),
+                                                       np.repeat(Y, weight, 0))
+    finally:
+        torch.set_default_dtype(dtype)
+    np.testing.assert_allclose(weighted.predict_proba(X), repeated.predict_proba(X),
+                               rtol=1e-9, atol=1e-12)
+    assert weighted.prior_precision_ == pytest.approx(repeated.prior_precision_, rel=1e-9)
