@@ -40,6 +40,9 @@ two libraries interleaved run by run so that machine load hits both alike):
 10. ``defaults_scale`` (not in the default sections): the default estimators against
     scikit-learn's MLP at ``--defaults-scale-rows`` rows (time, epochs, peak memory); see
     :mod:`benchmarks.scale_defaults`.
+11. ``dask`` (not in the default sections): fit and predict on dask collections on 1 and 2
+    ``LocalCluster`` workers beside the same fit in memory at ``--dask-rows`` rows; see
+    :mod:`benchmarks.dask_scale`.
 
 Peak memory is the growth of the process's peak resident set size during a
 run (``VmHWM`` reset through ``/proc/self/clear_refs``; Linux only, else
@@ -620,7 +623,8 @@ def add_arguments(parser):
     parser.add_argument("--sections", nargs="+", default=["laplace", "map", "scaling",
                                                           "evidence", "bridge"],
                         choices=["laplace", "map", "scaling", "evidence", "bridge", "scale",
-                                 "backends", "threads", "sklearn", "defaults_scale"])
+                                 "backends", "threads", "sklearn", "defaults_scale",
+                                 "dask"])
     parser.add_argument("--scale-rows", type=int, nargs="+", default=[100_000],
                         help="scale section: training rows (one table per value)")
     parser.add_argument("--device", default=None,
@@ -638,6 +642,10 @@ def add_arguments(parser):
     parser.add_argument("--defaults-scale-tasks", nargs="+", default=None,
                         choices=["classifier", "regressor"],
                         help="defaults_scale section: estimators (default: both)")
+    parser.add_argument("--dask-rows", type=int, nargs="+", default=[10_000],
+                        help="dask section: training rows (one row per value)")
+    parser.add_argument("--dask-epochs", type=int, default=20,
+                        help="dask section: L-BFGS epochs of every fit")
     parser.add_argument("--out", default=None, help="write the markdown report here")
 
 
@@ -670,6 +678,12 @@ def _defaults_scale_section(args, out):
                            args.defaults_scale_tasks)
 
 
+def _dask_section(args, out):
+    from .dask_scale import section_dask
+
+    section_dask(out, args.dask_rows, args.dask_epochs)
+
+
 def main(args):
     torch.set_num_threads(args.threads)
     missing = laplace_available()
@@ -690,6 +704,7 @@ def main(args):
         "threads": lambda: _threads_section(args.repeats, out),
         "sklearn": lambda: _sklearn_section(args.repeats, out, args.sklearn_sets),
         "defaults_scale": lambda: _defaults_scale_section(args, out),
+        "dask": lambda: _dask_section(args, out),
     }
     failed = False
     for name in args.sections:

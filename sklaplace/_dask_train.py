@@ -47,10 +47,7 @@ def fit_dask_trained(estimator, X, y):
             f"hidden_layer_sizes={estimator.hidden_layer_sizes!r} is not supported on dask "
             "input: give the hidden widths (a tuple of ints).")
     check_params(estimator)
-    import dask
-
     pairs, n_features, names = row_parts(X, y)
-    pairs = list(dask.persist(*pairs))  # read once, kept on the workers for every round
     classifier = hasattr(estimator, "class_weight")
     stats = first_pass(pairs, classifier)
     estimator.n_features_in_ = n_features
@@ -67,6 +64,8 @@ def fit_dask_trained(estimator, X, y):
 def train_on_parts(estimator, pairs, stats, classifier):
     """The default MLP trained to the MAP by L-BFGS over the partitions (a skorch net
     with its epochs' ``train_loss`` in ``history``)."""
+    import dask
+
     s = settings_of(estimator)
     rng = check_seed("random_state", estimator.random_state)
     train_seed = int(rng.randint(0, 2**31 - 1, size=2)[0])  # as the in-memory fit draws it
@@ -87,14 +86,18 @@ def train_on_parts(estimator, pairs, stats, classifier):
     criterion = net.criterion_.attach(net.module_)
     params = [p for p in net.module_.parameters() if p.requires_grad]
     optimizer = net.optimizer_
-    static = share((net.module_, criterion, units))
+    dtype = next(p for p in net.module_.parameters()).dtype
+    # read and converted once, kept on the workers for every round
+    rows = list(dask.persist(*[dask.delayed(_training_rows)(p, units, criterion, dtype)
+                               for p in pairs]))
+    static = share((net.module_, criterion))
     s.log(f"MAP training on {len(pairs)} dask partitions ({n_rows} rows): full-batch L-BFGS")
 
     def closure():
         optimizer.zero_grad()
         theta = torch.nn.utils.parameters_to_vector(params).detach()
         shared = share(theta)  # once per round
-        pieces = [_delayed_loss(pair, static, shared) for pair in pairs]
+        pieces = [_delayed_loss(part, static, shared) for part in rows]
         (total,) = compute(tree_reduce(pieces, _add_loss))
         scale = 1.0 / (n_rows * s.temperature)
         prior = criterion.prior_term()
@@ -138,17 +141,20 @@ def _delayed_loss(pair, static, theta):
     return dask.delayed(_part_loss)(pair, static, theta)
 
 
-def _part_loss(pair, static, theta):
-    """Σ nll of one partition's rows and its gradient (flat), in row chunks."""
-    module, criterion, units = copy.deepcopy(static)  # a worker's threads share it
-    params = [p for p in module.parameters() if p.requires_grad]
-    dtype = params[0].dtype
-    torch.nn.utils.vector_to_parameters(theta.to(dtype), params)
+def _training_rows(pair, units, criterion, dtype):
+    """A partition's rows as the training tensors (X in the module's dtype, the targets
+    as the in-memory training takes them)."""
     X, y = pair
-    Xt = _as_rows(X).to(dtype)
     yt = torch.as_tensor(criterion.likelihood.train_targets(units(y).numpy()))
-    if yt.is_floating_point():
-        yt = yt.to(dtype)
+    return _as_rows(X).to(dtype), yt.to(dtype) if yt.is_floating_point() else yt
+
+
+def _part_loss(part, static, theta):
+    """Σ nll of one partition's rows and its gradient (flat), in row chunks."""
+    module, criterion = copy.deepcopy(static)  # a worker's threads share it
+    params = [p for p in module.parameters() if p.requires_grad]
+    torch.nn.utils.vector_to_parameters(theta.to(params[0].dtype), params)
+    Xt, yt = part
     module.train()
     grad = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
     nll = 0.0
@@ -158,7 +164,7 @@ def _part_loss(pair, static, theta):
             f = module(Xt[rows])
             part = criterion.data_nll(f, yt[rows]) * f.shape[0]
             grads = torch.autograd.grad(part, params)
-        nll += float(part)
+        nll += float(part.detach())
         grad += torch.cat([g.reshape(-1) for g in grads]).to(torch.float64)
     return {"nll": nll, "grad": grad}
 
