@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "defaults": ".defaults",
     "convergence": ".convergence",
     "multilabel": ".multilabel",
+    "coldstart": ".cold_start",
 }
 
 

@@ -32,7 +32,7 @@ import torch
 from skorch import NeuralNet
 from torch import nn
 
-from . import likelihoods, progress
+from . import likelihoods, optim, progress
 from .convergence import fit_net, warn_not_converged
 from .threads import seeded
 from .workflow import interrupts_recorded
@@ -283,14 +283,14 @@ def default_net(n_features, n_outputs, hidden_layer_sizes, max_epochs, lr, batch
     ``batch_size`` unused), deterministic, on the same objective.
     """
     if solver == "lbfgs":
-        optimizer, lr, batch_size = torch.optim.LBFGS, 1.0, -1
+        optimizer, lr, batch_size = optim.LBFGS, 1.0, -1
         # max_eval: torch's default (max_iter·5/4 = 1) leaves the line search no second
         # evaluation; a first step that fails the Armijo test would then return t = 0 and
         # every later epoch repeat it (the loss stuck)
         extra = {"optimizer__max_iter": 1, "optimizer__max_eval": 25,
                  "optimizer__line_search_fn": "strong_wolfe"}
     else:
-        optimizer, extra = torch.optim.Adam, {}
+        optimizer, extra = optim.Adam, {}
     return NeuralNet(
         module=MLP,
         module__n_features=n_features,

@@ -17,7 +17,7 @@ from skorch.callbacks import Callback
 
 from .curvature import compute_posterior
 from .evidence import LOG_PRIOR_BOUNDS, Evidence, maximize_evidence
-from . import likelihoods
+from . import likelihoods, optim
 from .prior import PriorGroups
 from .nets import module_device
 from .subsets import AllWeights
@@ -183,7 +183,7 @@ class OnlineEvidence(Callback):
         log_sigma = sigma0.reshape(()).log().clone().requires_grad_(gaussian)
         if gaussian:
             params.append(log_sigma)
-        optimizer = torch.optim.Adam(params, lr=self.lr)
+        optimizer = optim.Adam(params, lr=self.lr)
 
         def delta_of(v):
             return groups.expand(v.clamp(*LOG_PRIOR_BOUNDS).exp())
