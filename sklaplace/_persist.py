@@ -90,9 +90,12 @@ TYPES = {
     "Hyperparameters": _Spec(Hyperparameters, ("prior_precision", "sigma", "outside_variance")),
     "TargetScale": _Spec(TargetScale, ("mean", "std", "normalizes", "ndim")),
     "RangeKernel": _Spec(RangeKernel, ("low", "high", "scale", "variance")),
+    # the likelihoods: stateless
     "Categorical": _Spec(likelihoods.Categorical, ()),
     "Bernoulli": _Spec(likelihoods.Bernoulli, ()),
+    "Multilabel": _Spec(likelihoods.Multilabel, ()),
     "Gaussian": _Spec(likelihoods.Gaussian, ()),
+    "HeteroscedasticGaussian": _Spec(likelihoods.HeteroscedasticGaussian, ()),
     "AllWeights": _Spec(AllWeights, _SUBSET, caches=("_linear_cache",)),
     "LastLayer": _Spec(LastLayer, _SUBSET + (
         "layer_name", "has_bias", "const_bias", "n_out", "n_features", "map_weight",
