@@ -9,6 +9,7 @@ on every run) and bounded in number and time.
 """
 
 import os
+import re
 import signal
 import warnings
 
@@ -87,8 +88,9 @@ def _fit_or_refuse(est, X, y, params):
     except MemoryError:
         return None
     except (ValueError, TypeError) as error:
-        names = list(est.get_params()) + ["X", "y"]
-        assert any(name in str(error) for name in names), (
+        names = list(est.get_params()) + ["X", "y", "sample_weight"]
+        assert any(re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", str(error))
+                   for name in names), (
             f"{type(error).__name__} names no parameter: {error}; params {params}")
         return None
     finally:

@@ -341,3 +341,26 @@ def test_every_likelihood_is_a_saved_type():
     from sklaplace._persist import TYPES
 
     assert set(LIKELIHOODS.values()) <= {spec.cls for spec in TYPES.values()}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="maps CUDA tensors where there is no CUDA")
+def test_a_file_saved_on_cuda_loads_on_the_cpu(tmp_path):
+    est = _fit(LaplaceClassifier(**SMALL, hessian_structure="kron", subset_of_weights="all"),
+               Xc, yc)
+    good = skio.save(est, tmp_path / "cpu.sklaplace")
+
+    def on_cuda(value):  # the document of the same fit saved on a GPU
+        if isinstance(value, dict):
+            if "$tensor" in value:
+                value["device"] = "cuda:0"
+            for item in value.values():
+                on_cuda(item)
+        elif isinstance(value, list):
+            for item in value:
+                on_cuda(item)
+
+    path = _edit_document(good, tmp_path / "cuda.sklaplace", on_cuda)
+    with pytest.warns(UserWarning, match="saved on 'cuda:0'.*loaded onto the CPU"):
+        loaded = skio.load(path)
+    assert loaded.laplace_.device.type == "cpu"
+    _assert_same_predictions(est, loaded, Xc)
