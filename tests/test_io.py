@@ -364,3 +364,16 @@ def test_a_file_saved_on_cuda_loads_on_the_cpu(tmp_path):
         loaded = skio.load(path)
     assert loaded.laplace_.device.type == "cpu"
     _assert_same_predictions(est, loaded, Xc)
+
+
+def test_round_trip_of_a_fit_on_dask_collections(tmp_path):
+    da = pytest.importorskip("dask.array")
+    distributed = pytest.importorskip("distributed")
+    X = np.random.default_rng(0).normal(size=(120, 3))
+    y = np.sin(X[:, 0])
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        est = _fit(LaplaceRegressor(**SMALL, solver="lbfgs"), da.from_array(X, chunks=60),
+                   da.from_array(y, chunks=60))
+    _assert_same_predictions(est, _round_trip(est, tmp_path), X)
