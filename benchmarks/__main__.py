@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "convergence": ".convergence",
     "multilabel": ".multilabel",
     "coldstart": ".cold_start",
+    "selection": ".selection",
 }
 
 

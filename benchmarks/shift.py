@@ -44,6 +44,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
 from sklaplace.metrics import gaussian_nll, interval_coverage
+from . import subpop
 from .defaults import (
     ResidualStd,
     _mean,
@@ -70,6 +71,8 @@ SHIFT_TITLES = {
         "extrap_nll_down": "extrapolation NLL, train PC 1 ≥ 20th percentile, test below",
         "extrap_cov90": "extrapolation 90% interval coverage (mean of both directions)"},
 }
+for _titles in SHIFT_TITLES.values():
+    _titles.update(subpop.TITLES)
 
 
 # ----------------------------------------------------------------------------- ensemble
@@ -178,17 +181,24 @@ def confidence(proba):
     return np.max(np.asarray(proba), axis=1)
 
 
-def shift_metrics(task, name, pipe, X_te):
-    """``{column: {"shift_conf": value}}`` of a fitted classification pipeline (the LA adds MAP).
+def shift_metrics(task, name, pipe, X_te, y_te=None, X_tr=None, seed=0):
+    """``{column: {"shift_conf": value}}`` of a fitted classification pipeline (the LA adds
+    MAP); with ``y_te`` and ``X_tr``, both tasks, also ``corrupt_nll``
+    (:func:`benchmarks.subpop.corruption_metrics`).
 
-    Regression: ``{}`` (its shift is the extrapolation split).
+    Regression without them: ``{}`` (its shift is the extrapolation split).
     """
+    out = {}
+    if y_te is not None and X_tr is not None:
+        out = subpop.corruption_metrics(task, name, pipe, X_te, y_te, X_tr, seed)
     if task != "classification":
-        return {}
+        return out
     shifted = shifted_pipeline(pipe)
-    out = {name: {"shift_conf": float(confidence(shifted.predict_proba(X_te)).mean())}}
+    out.setdefault(name, {})["shift_conf"] = float(
+        confidence(shifted.predict_proba(X_te)).mean())
     if name == "LA":
-        out["MAP"] = {"shift_conf": float(confidence(map_predict(task, shifted, X_te)).mean())}
+        out.setdefault("MAP", {})["shift_conf"] = float(
+            confidence(map_predict(task, shifted, X_te)).mean())
     return out
 
 
@@ -302,11 +312,13 @@ def split_records(name, X, y, train, test, estimators, k, warned, log=print):
     else:
         records = extrapolation_records(name, X, y, pc1_splits(X), estimators, k, warned)
         metric = "extrap_nll"
-    if records:
-        log(f"{name} split {k} {records[0]['protocol']}: " + "  ".join(
-            f"{r['method']}={r[metric]:.3f}" if metric in r else f"{r['method']}=ERROR"
-            for r in records) + f"  ({time.perf_counter() - t0:.1f} s)")
-    return records
+    cluster = subpop.cluster_records(name, X, y, train, estimators, k, warned)
+    for rows, metric in ((records, metric), (cluster, "cluster_nll")):
+        if rows:
+            log(f"{name} split {k} {rows[0]['protocol']}: " + "  ".join(
+                f"{r['method']}={r[metric]:.3f}" if metric in r else f"{r['method']}=ERROR"
+                for r in rows) + f"  ({time.perf_counter() - t0:.1f} s)")
+    return records + cluster
 
 
 # ----------------------------------------------------------------------------- report
@@ -360,6 +372,13 @@ def targets(agg, datasets):
              "extrap_nll", reg, lambda d: _leq(m(d, "LA", "extrap_nll"),
                                                m(d, "linear", "extrap_nll")),
              2 / 3 - 1e-9, ["linear"]),
+        line("(G) in-range corruption: LA NLL ≤ MAP NLL on every set", "corrupt_nll",
+             datasets, lambda d: _leq(m(d, "LA", "corrupt_nll"), m(d, "MAP", "corrupt_nll")),
+             1.0, ["MAP"]),
+        line("(H) held-out cluster: LA NLL ≤ MAP NLL + max(0.01, 3% |MAP|) on every set",
+             "cluster_nll", datasets, lambda d: _leq(
+                 m(d, "LA", "cluster_nll"), m(d, "MAP", "cluster_nll")
+                 + max(0.01, 0.03 * abs(m(d, "MAP", "cluster_nll")))), 1.0, ["MAP"]),
         "",
         "Against the five-MLP ensemble (context, not targets):",
         "",
@@ -371,6 +390,10 @@ def targets(agg, datasets):
         line("(D′) unseen class: LA AUROC ≥ ensemble's + 0.02", "unseen_auroc", cls,
              lambda d: m(d, "LA", "unseen_auroc") >= m(d, "ensemble", "unseen_auroc") + 0.02,
              1.0, ["ensemble"]),
+        line("(H′) held-out cluster: LA NLL ≤ ensemble NLL + max(0.01, 3% |ensemble|)",
+             "cluster_nll", datasets, lambda d: _leq(
+                 m(d, "LA", "cluster_nll"), m(d, "ensemble", "cluster_nll")
+                 + max(0.01, 0.03 * abs(m(d, "ensemble", "cluster_nll")))), 1.0, ["ensemble"]),
         line("(E′) extrapolation: LA NLL < ensemble's", "extrap_nll", reg,
              lambda d: m(d, "LA", "extrap_nll") < m(d, "ensemble", "extrap_nll"), 1.0,
              ["ensemble"]),

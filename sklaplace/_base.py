@@ -16,6 +16,7 @@ parameter tensor, or one per parameter (:mod:`._laplace.hyperparameters`).
 import copy
 import dataclasses
 import functools
+import types
 import warnings
 
 import numpy as np
@@ -23,10 +24,12 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.frozen import FrozenEstimator
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.frozen import FrozenEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from . import _policy as policy
 from ._dask import is_dask
+from . import _selection as selection
 from ._fitting import fit_laplace
 from ._laplace import likelihoods, tuning, workflow
 from ._laplace.hyperparameters import Hyperparameters
@@ -38,7 +41,8 @@ from ._validation import (PARAMETER_CONSTRAINTS, check_params, check_positive, c
 
 #: Fitted attributes one fit sets only in some configurations: removed before a new fit.
 _OPTIONAL_FITTED = ("validation_nll_", "evidence_history_", "refine_objective_init_",
-                    "refine_objective_", "refine_n_iter_", "n_tasks_")
+                    "refine_objective_", "refine_n_iter_", "n_tasks_",
+                    "model_selection_results_")
 
 
 def keeps_state_on_failure(fit):
@@ -84,8 +88,87 @@ class BaseLaplace(BaseEstimator):
         s = settings_of(self)
         rng = check_seed("random_state", self.random_state)
         train_seed, prediction_seed = (int(v) for v in rng.randint(0, 2**31 - 1, size=2))
-        net, frozen, likelihood = prepare_net(s, X.shape[1], n_outputs)
+        # (the heteroscedastic regressor keeps one architecture: its held-out NLL is not
+        # the Gaussian one the selection scores)
+        auto = (s.net is None and task is None and likelihood_default != "heteroscedastic"
+                and selection.candidates(s.hidden_layer_sizes, X.shape[1], n_outputs) is not None)
+        if s.net is None:  # partial_fit keeps one architecture over its tasks
+            s.hidden_layer_sizes = (s.hidden_layer_sizes if auto
+                                    else selection.one_architecture(s.hidden_layer_sizes))
+        frozen = s.net.estimator if isinstance(s.net, FrozenEstimator) else None
         tuning_ = self._resolve_tuning(len(X), frozen, task)
+        prepare = functools.partial(
+            self._pipeline, s, X, n_outputs, likelihood_default, tuning_, targets,
+            train_seed, prediction_seed)
+        if auto:
+            pipe = prepare(())  # the likelihood and the scorers, the same for every candidate
+            *fit, sizes, results = selection.select(
+                s, s.hidden_layer_sizes, X, y_model, n_outputs, sample_weight,
+                tuning=tuning_, seed=int(rng.randint(0, 2**31 - 1)),
+                stratify=not (pipe.likelihood.regression or pipe.likelihood.multilabel),
+                prepare=prepare,
+                scorers=pipe.scorers, offset=self._evidence_offset)
+            if selection.REFIT:  # see _selection
+                fit = self._refit(prepare(sizes, "lbfgs" if sizes == () and s.solver == "adam"
+                                          else None), fit, X, y_model, sample_weight)
+            self._store(*fit)
+            self.hidden_layer_sizes_, self.model_selection_results_ = sizes, results
+            return self
+        pipe = prepare(s.hidden_layer_sizes if s.net is None else None)
+        chosen = init = None
+        if tuning_ == "cv":
+            fit_rows, held_out = validation_split(
+                len(X), self.validation_fraction, int(rng.randint(0, 2**31 - 1)),
+                labels=None if pipe.likelihood.regression or pipe.likelihood.multilabel
+                else y_model)
+            w_fit, w_val = ((None, None) if sample_weight is None
+                            else (sample_weight[fit_rows], sample_weight[held_out]))
+            first_net, *_ = pipe.train(X[fit_rows], y_model[fit_rows], sample_weight=w_fit,
+                                       what=f"MAP training on {len(fit_rows)} of {len(X)} rows "
+                                            f"({len(held_out)} held out to tune δ)")
+            first = pipe.laplace(first_net, X=X[fit_rows], y_model=y_model[fit_rows],
+                                 sample_weight=w_fit,
+                                 validation=(X[held_out], y_model[held_out], w_val))
+            chosen, init = first.hyper, None if pipe.frozen is not None else first_net.module_
+            self._log(f"refit on all {len(X)} rows with the held-out choice, training "
+                      "warm-started from the net of the held-out pass")
+        net_, n_iter, curve = pipe.train(X, y_model, sample_weight=sample_weight,
+                                         init_module=init,
+                                         callbacks=pipe.callbacks(y_model, sample_weight),
+                                         what=f"MAP training on all {len(X)} rows")
+        fitted = pipe.laplace(net_, X=X, y_model=y_model, sample_weight=sample_weight,
+                              chosen=chosen, task=task)
+        if chosen is not None:  # the held-out NLL of the choice, on the refit's object
+            fitted = dataclasses.replace(fitted, report={
+                **fitted.report, "validation_nll": first.report["validation_nll"]})
+        self._store(net_, n_iter, curve, fitted)
+        self.hidden_layer_sizes_ = s.hidden_layer_sizes if s.net is None else None
+        return self
+
+    def _refit(self, pipe, first, X, y_model, sample_weight):
+        """The chosen candidate trained on, warm, on all rows, its LA at the selection
+        pass's held-out δ ("cv"; "online" tunes again during that training)."""
+        fitted = first[3]
+        chosen = fitted.hyper if fitted.tuning == "cv" else None
+        net_, n_iter, curve = pipe.train(X, y_model, sample_weight=sample_weight,
+                                         init_module=first[0].module_,
+                                         callbacks=pipe.callbacks(y_model, sample_weight),
+                                         what=f"MAP training on all {len(X)} rows")
+        refit = pipe.laplace(net_, X=X, y_model=y_model, sample_weight=sample_weight,
+                             chosen=chosen)
+        if chosen is not None:  # the held-out NLL of the choice, on the refit's object
+            refit = dataclasses.replace(refit, report={
+                **refit.report, "validation_nll": fitted.report["validation_nll"]})
+        return net_, n_iter, curve, refit
+
+    def _pipeline(self, s, X, n_outputs, likelihood_default, tuning_, targets, train_seed,
+                  prediction_seed, sizes, solver=None):
+        """One architecture's steps (the default MLP of ``sizes`` trained by ``solver``,
+        or ``s.net``): ``train``, ``laplace`` (:func:`fit_laplace`), ``callbacks``."""
+        if sizes is not None:
+            s = types.SimpleNamespace(**{**vars(s), "hidden_layer_sizes": tuple(sizes),
+                                         "solver": solver or s.solver})
+        net, frozen, likelihood = prepare_net(s, X.shape[1], n_outputs)
         # (check_params refused a net whose likelihood the estimator does not support)
         likelihood = self._likelihood(likelihood, likelihood_default)
         check_outputs = functools.partial(self._check_outputs, likelihood, n_outputs)
@@ -95,39 +178,20 @@ class BaseLaplace(BaseEstimator):
             check_outputs(width)
         else:
             sizes, linear, width = param_sizes(s, net, X, n_outputs, check_outputs)
-        laplace = functools.partial(
-            fit_laplace, s, likelihood=likelihood, hyper0=hyper0, tuning=tuning_,
-            prediction_seed=prediction_seed, check_outputs=check_outputs,
-            targets=targets, scorers=self._held_out_scorers(likelihood, prediction_seed))
-        trained = functools.partial(train, s, net, frozen, likelihood=likelihood, hyper=hyper0,
-                                    sizes=sizes, seed=train_seed)
-        chosen = init = None
-        if tuning_ == "cv":
-            fit_rows, held_out = validation_split(
-                len(X), self.validation_fraction, int(rng.randint(0, 2**31 - 1)),
-                labels=None if likelihood.regression or likelihood.multilabel else y_model)
-            w_fit, w_val = ((None, None) if sample_weight is None
-                            else (sample_weight[fit_rows], sample_weight[held_out]))
-            first_net, *_ = trained(X[fit_rows], y_model[fit_rows], sample_weight=w_fit,
-                                    what=f"MAP training on {len(fit_rows)} of {len(X)} rows "
-                                         f"({len(held_out)} held out to tune δ)")
-            first = laplace(first_net, X=X[fit_rows], y_model=y_model[fit_rows],
-                            sample_weight=w_fit,
-                            validation=(X[held_out], y_model[held_out], w_val))
-            chosen, init = first.hyper, None if frozen is not None else first_net.module_
-            self._log(f"refit on all {len(X)} rows with the held-out choice, training "
-                      "warm-started from the net of the held-out pass")
-        callbacks = (online_callbacks(s, likelihood, sizes, linear, y_model, width,
-                                      sample_weight) if tuning_ == "online" else ())
-        net_, n_iter, curve = trained(X, y_model, sample_weight=sample_weight,
-                                      init_module=init, callbacks=callbacks,
-                                      what=f"MAP training on all {len(X)} rows")
-        fitted = laplace(net_, X=X, y_model=y_model, sample_weight=sample_weight, chosen=chosen,
-                         task=task)
-        if chosen is not None:  # the held-out NLL of the choice, on the refit's object
-            fitted = dataclasses.replace(fitted, report={
-                **fitted.report, "validation_nll": first.report["validation_nll"]})
-        return self._store(net_, n_iter, curve, fitted)
+        scorers = self._held_out_scorers(likelihood, prediction_seed)
+
+        def callbacks(y_model, sample_weight):
+            return (online_callbacks(s, likelihood, sizes, linear, y_model, width,
+                                     sample_weight) if tuning_ == "online" else ())
+
+        return types.SimpleNamespace(
+            likelihood=likelihood, frozen=frozen, scorers=scorers, callbacks=callbacks,
+            laplace=functools.partial(
+                fit_laplace, s, likelihood=likelihood, hyper0=hyper0, tuning=tuning_,
+                prediction_seed=prediction_seed, check_outputs=check_outputs,
+                targets=targets, scorers=scorers),
+            train=functools.partial(train, s, net, frozen, likelihood=likelihood,
+                                    hyper=hyper0, sizes=sizes, seed=train_seed))
 
     def _fit_any(self, X, y, sample_weight=None):
         """``fit``'s body: in memory (``_fit_rows``), or on dask collections, whose rows

@@ -28,6 +28,7 @@ from ._laplace.prior import tensor_sizes
 from ._base import keeps_state_on_failure
 from ._laplace.workflow import torch_entry_point
 from ._threads import thread_policy
+from ._selection import candidates
 from ._training import prepare_net, settings_of
 from ._validation import (check_fit_weight, check_params, check_seed, partial_fit_available,
                           validate_numeric, without_zero_weights)
@@ -87,7 +88,7 @@ def check_same_architecture(estimator, net, frozen):
     earlier = estimator.net_.get_params().get("module__hidden_layer_sizes")
     if estimator.net is None and isinstance(estimator.net_.module_, nets.MLP) and earlier:
         raise ValueError(
-            f"hidden_layer_sizes={tuple(estimator.hidden_layer_sizes)!r} but the network of "
+            f"hidden_layer_sizes={estimator.hidden_layer_sizes!r} but the network of "
             f"the earlier tasks has hidden_layer_sizes={tuple(earlier)!r}; partial_fit keeps "
             "one architecture (refit to change it).")
     changed = sorted(set(now) ^ set(before) | {k for k in set(now) & set(before)
@@ -136,6 +137,8 @@ def fit_next_task(estimator, X, y_model, sample_weight=None):
     fitted = estimator.laplace_
     _check_continuable(estimator, fitted)
     s = settings_of(estimator)
+    if s.net is None and candidates(s.hidden_layer_sizes, X.shape[1], 1) is not None:
+        s.hidden_layer_sizes = estimator.hidden_layer_sizes_  # the earlier tasks' choice
     n_previous = (fitted.task_rows if fitted.task_rows is not None
                   else float(fitted.evidence.n_rows))
     n_tasks = fitted.n_tasks or 1

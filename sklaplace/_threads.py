@@ -30,7 +30,10 @@ def _n_weights(estimator, X):
         return sum(p.numel() for p in module.parameters())
     if net is None and X is not None and getattr(X, "ndim", 0) == 2:
         total, d_in = 0, X.shape[1]
-        for h in (*estimator.hidden_layer_sizes, 1):
+        sizes = estimator.hidden_layer_sizes  # "auto" / candidates: a typical size
+        sizes = (50,) if isinstance(sizes, str) or any(
+            isinstance(h, (tuple, list)) for h in sizes) else sizes
+        for h in (*sizes, 1):
             total += (d_in + 1) * h
             d_in = h
         return total

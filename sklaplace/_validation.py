@@ -24,6 +24,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
 from ._laplace import nets
+from ._selection import size_problems
 
 #: The link approximations of the classifier's GLM predictive (``link_approx``).
 LINKS = ("probit", "bridge", "mc")
@@ -40,7 +41,7 @@ _NON_NEGATIVE = Interval(Real, 0, None, closed="left")
 #: cross-parameter rules and the array-valued parameters are in ``check_params``.
 PARAMETER_CONSTRAINTS = {
     "net": "no_validation",  # None, a skorch net or FrozenEstimator: check_params
-    "hidden_layer_sizes": "no_validation",  # a tuple of positive ints: check_params
+    "hidden_layer_sizes": "no_validation",  # "auto" or tuple(s) of ints: check_params
     "max_epochs": _at_least(1),
     "lr": _POSITIVE,
     "batch_size": _at_least(1),
@@ -235,11 +236,7 @@ def parameter_problems(params, name, likelihood_kinds, *, continual=False, n_out
     problems = _refine_problems(p, name, likelihood_kinds)
     problems += [f"{key} must be an int, got {p[key]!r}." for key in _COUNTS
                  if isinstance(p.get(key), bool)]
-    sizes = p["hidden_layer_sizes"]
-    if not isinstance(sizes, (tuple, list)) or not all(
-            isinstance(h, numbers.Integral) and not isinstance(h, bool) and h > 0 for h in sizes):
-        problems.append(
-            f"hidden_layer_sizes must be a tuple of positive integers, got {sizes!r}.")
+    problems += size_problems(p["hidden_layer_sizes"])
     problems += _failures((positive_array, "prior_precision", p["prior_precision"]),
                           (nets.check_device_name, p["device"], "device"))
     problems += _combination_problems(p)

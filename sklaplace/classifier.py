@@ -3,19 +3,17 @@
 import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.frozen import FrozenEstimator
-from sklearn.preprocessing import LabelEncoder
-from sklearn.utils.class_weight import compute_sample_weight
-from sklearn.utils.multiclass import check_classification_targets, is_multilabel
+from sklearn.utils.multiclass import is_multilabel
 
 from . import _policy as policy
 from ._base import BaseLaplace, keeps_state_on_failure
 from ._classifier_predictive import ClassifierPredictive
 from ._continual import ClassifierPartialFit
+from ._labels import encoded_targets
 from ._laplace.workflow import torch_entry_point
 from ._multilabel import multilabel_likelihood, multilabel_targets
 from ._threads import thread_policy
-from ._validation import (CLASSIFIER_CONSTRAINTS, check_fit_weight, validate_numeric,
-                          without_zero_weights)
+from ._validation import CLASSIFIER_CONSTRAINTS
 
 
 class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartialFit,
@@ -40,8 +38,13 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         ``label_smoothing``) are refused: use ``class_weight`` or
         ``sample_weight``. ``FrozenEstimator(trained_net)`` keeps its weights and
         fits only the LA.
-    hidden_layer_sizes : tuple of int, default=(50,)
-        Hidden widths of the default MLP (``net=None`` only).
+    hidden_layer_sizes : "auto", tuple of int or list of tuples, default="auto"
+        Hidden widths of the default MLP (``net=None`` only). ``"auto"``:
+        chosen among ``()`` (the linear model), ``(50,)`` and ``(50, 50)`` (a
+        list of tuples: those), each trained and tuned on ``1 −
+        validation_fraction`` of the rows, by the held-out rows' NLL (the
+        evidence with under 10 held out), then refit as one architecture.
+        ``partial_fit`` takes ``(50,)``. A tuple: no selection.
     max_epochs : int, default=200
         Training epochs of the default MLP.
     lr : float, default=1e-2
@@ -272,6 +275,13 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         ``refine`` only: the same at the refined posterior.
     refine_n_iter_ : int
         ``refine`` only: L-BFGS and Newton-CG iterations, or natural-gradient steps.
+    hidden_layer_sizes_ : tuple of int or None
+        The fitted default MLP's hidden widths (None for a given ``net``).
+    model_selection_results_ : dict of ndarray
+        Several candidates only, ordered by capacity: ``hidden_layer_sizes``,
+        ``n_params``, ``criterion``, ``held_out_nll``, ``log_evidence`` (at its
+        optimal prior), ``fit_time``, ``rank``; a ``ConvergenceWarning`` when
+        the largest wins.
     n_features_in_ : int
         Number of features seen during ``fit``.
     feature_names_in_ : ndarray of str
@@ -296,7 +306,7 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     _likelihood_kinds = ("categorical", "bernoulli", "multilabel")
     _parameter_constraints = CLASSIFIER_CONSTRAINTS
 
-    def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
+    def __init__(self, net=None, *, hidden_layer_sizes="auto", max_epochs=200, lr=1e-2,
                  batch_size=128, tol=1e-4, n_iter_no_change=10, solver="adam",
                  prior_precision=1.0, prior_structure="scalar",
                  hyperparameter_tuning="auto", validation_fraction=0.2,
@@ -383,26 +393,10 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
             X, y, sample_weight = multilabel_targets(self, X, y, sample_weight)
             self.classes_ = np.arange(y.shape[1])  # as MLPClassifier's for an indicator y
             return self._fit(X, y, "multilabel", y.shape[1], sample_weight=sample_weight)
-        X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32])
-        sample_weight = check_fit_weight(sample_weight, X)
-        check_classification_targets(y)
-        encoder = LabelEncoder().fit(y if task is None else task.classes)
-        classes = encoder.classes_
-        if len(classes) < 2:
-            raise ValueError(
-                "LaplaceClassifier needs at least two classes in y; got one class "
-                f"({classes[0]!r})."
-            )
-        if self.class_weight is not None:
-            per_row = compute_sample_weight(self.class_weight, y)
-            sample_weight = per_row if sample_weight is None else sample_weight * per_row
-            sample_weight = check_fit_weight(sample_weight, X)
-        single_logit = len(classes) == 2 and self.net is None
-        default = "bernoulli" if single_logit else "categorical"
-        X, y_index, sample_weight = without_zero_weights(X, encoder.transform(y), sample_weight)
+        X, y_index, sample_weight, classes, default, n_outputs = encoded_targets(
+            self, X, y, sample_weight, task)
         self.classes_ = classes
-        return self._fit(X, y_index, default, 1 if single_logit else len(classes),
-                         sample_weight=sample_weight, task=task)
+        return self._fit(X, y_index, default, n_outputs, sample_weight=sample_weight, task=task)
 
     def _default_tuning(self, n_rows):
         return policy.classifier_tuning(n_rows, self.validation_fraction, self.prior_structure,

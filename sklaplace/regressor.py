@@ -7,8 +7,7 @@ from sklearn.frozen import FrozenEstimator
 from . import _policy as policy
 from ._base import BaseLaplace, keeps_state_on_failure
 from ._continual import RegressorPartialFit
-from ._laplace.hyperparameters import (TARGET_SCALING, TargetScale, check_sigma_scale,
-                                       trained_scaling)
+from ._laplace.hyperparameters import TARGET_SCALING, TargetScale
 from ._laplace.workflow import torch_entry_point
 from ._regressor_noise import RegressorNoise
 from ._regressor_predictive import RegressorPredictive
@@ -33,8 +32,13 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         ``MSELoss``) is copied and trained to the MAP inside ``fit``
         (``self.net`` is never mutated);
         ``FrozenEstimator(trained_net)`` keeps its weights and fits only the LA.
-    hidden_layer_sizes : tuple of int, default=(50,)
-        Hidden widths of the default MLP (``net=None`` only).
+    hidden_layer_sizes : "auto", tuple of int or list of tuples, default="auto"
+        Hidden widths of the default MLP (``net=None`` only). ``"auto"``:
+        chosen among ``()`` (the linear model), ``(50,)`` and ``(50, 50)`` (a
+        list of tuples: those), each trained and tuned on ``1 −
+        validation_fraction`` of the rows, by the held-out rows' NLL (the
+        evidence with under 10 held out), then refit as one architecture.
+        ``partial_fit`` takes ``(50,)``. A tuple: no selection.
     max_epochs : int, default=200
         Training epochs of the default MLP.
     lr : float, default=1e-2
@@ -288,6 +292,13 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         ``refine`` only: the same at the refined posterior.
     refine_n_iter_ : int
         ``refine`` only: L-BFGS and Newton-CG iterations, or natural-gradient steps.
+    hidden_layer_sizes_ : tuple of int or None
+        The fitted default MLP's hidden widths (None for a given ``net``).
+    model_selection_results_ : dict of ndarray
+        Several candidates only, ordered by capacity: ``hidden_layer_sizes``,
+        ``n_params``, ``criterion``, ``held_out_nll``, ``log_evidence`` (at its
+        optimal prior), ``fit_time``, ``rank``; a ``ConvergenceWarning`` when
+        the largest wins.
     n_features_in_ : int
         Number of features seen during ``fit``.
     feature_names_in_ : ndarray of str
@@ -311,7 +322,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
     _likelihood_kinds = ("gaussian", "heteroscedastic")
     _parameter_constraints = REGRESSOR_CONSTRAINTS
 
-    def __init__(self, net=None, *, hidden_layer_sizes=(50,), max_epochs=200, lr=1e-2,
+    def __init__(self, net=None, *, hidden_layer_sizes="auto", max_epochs=200, lr=1e-2,
                  batch_size=128, tol=1e-4, n_iter_no_change=10, solver="adam",
                  prior_precision=1.0, prior_structure="scalar",
                  hyperparameter_tuning="auto", validation_fraction=0.2,
@@ -416,17 +427,9 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         sigma = positive_array("sigma_noise", self.sigma_noise)
         if sigma.size not in (1, y2.shape[1]):
             raise ValueError(f"sigma_noise has {sigma.size} values but y has {y2.shape[1]} outputs.")
-        # A FrozenEstimator's net predicts in the units it was trained on: those of y for
-        # a user's net, standardizing y would silently misread its outputs; the
-        # standardized units of the estimator that trained it for a LaplaceRegressor's
-        # net_ (it records them, TARGET_SCALING), reading those as y would too.
-        frozen = isinstance(self.net, FrozenEstimator)
-        targets = TargetScale.fit(
-            y2, bool(self.normalize_y) and not frozen, y.ndim, sample_weight,
-            trained=trained_scaling(self.net.estimator, y2.shape[1]) if frozen else None)
-        y_model = targets.to_model(y2)
-        if not frozen and kind == "gaussian":  # only training can overflow
-            check_sigma_scale(self.sigma_noise, sigma, y_model, targets.normalizes, sample_weight)
+        frozen = self.net.estimator if isinstance(self.net, FrozenEstimator) else None
+        targets, y_model = TargetScale.of_fit(y2, y.ndim, self.normalize_y, sample_weight, frozen,
+                                              self.sigma_noise, sigma, kind == "gaussian")
         self._fit(X, y_model, kind, (2 if kind != "gaussian" else 1) * y2.shape[1], targets,
                   sample_weight, task=task)
         return self._record_scaling()
@@ -437,9 +440,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
             self.laplace_.targets.record_on(self.net_)
         return self
 
-    #: Attribute of a trained ``net_`` with the (mean, std) of the standardization its
-    #: outputs are in (``normalize_y``): a ``FrozenEstimator`` of it reads its outputs in
-    #: those units.
+    #: Attribute of a trained ``net_`` with the (mean, std) of its outputs' standardization.
     TARGET_SCALING = TARGET_SCALING
 
     def _default_tuning(self, n_rows):

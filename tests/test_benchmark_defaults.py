@@ -159,13 +159,16 @@ def test_tiny_two_sided_run_has_every_column_and_rebuilds_from_json(tmp_path):
     assert {r["split"] for r in records if "shift_conf" in r} == {0, 1}
     extra = [r for r in records if "protocol" in r]
     assert {r["split"] for r in extra} == {0}
-    assert {(r["dataset"], r["protocol"]) for r in extra} == {("iris", "unseen"),
-                                                              ("diabetes", "extrapolation")}
+    assert {(r["dataset"], r["protocol"]) for r in extra} == {
+        ("iris", "unseen"), ("diabetes", "extrapolation"), ("iris", "cluster"),
+        ("diabetes", "cluster")}
+    assert {r["split"] for r in records if "corrupt_nll" in r} == {0, 1}
     for r in extra:
         if r["protocol"] == "extrapolation":
             assert r["extrap_nll"] == pytest.approx((r["extrap_nll_up"]
                                                      + r["extrap_nll_down"]) / 2)
-    for label in ("(A)", "(C)", "(D)", "(E)", "(F)", "(A′)", "(C′)", "(D′)", "(E′)"):
+    for label in ("(A)", "(C)", "(D)", "(E)", "(F)", "(G)", "(H)", "(A′)", "(C′)", "(D′)",
+                  "(E′)"):
         assert any(line.startswith(("- PASS " + label, "- FAIL " + label))
                    for line in text.splitlines()), label
     assert "- n/a (B)" in text  # MLP was not run
@@ -276,7 +279,8 @@ def test_two_sided_targets_count_the_sets_that_meet_them():
     # iris: 0.215 ≤ 0.20 + 0.01 fails, diabetes ties
     assert verdict == {"(A)": "FAIL", "(B)": "FAIL", "(C)": "PASS", "(D)": "PASS",
                        "(E)": "PASS", "(F)": "FAIL", "(A′)": "FAIL", "(C′)": "PASS",
-                       "(D′)": "FAIL", "(E′)": "PASS"}
+                       "(D′)": "FAIL", "(E′)": "PASS",
+                       "(G)": "n/a", "(H)": "n/a", "(H′)": "n/a"}  # no such columns here
     assert "1/2 — misses: iris" in lines[0]
     agg[("iris", "LA")] = cell(nll=0.209, shift_conf=0.735, unseen_auroc=0.765)
     verdict = {line.split()[2]: line.split()[1] for line in shift.targets(agg, sets)
@@ -286,3 +290,39 @@ def test_two_sided_targets_count_the_sets_that_meet_them():
     del agg[("diabetes", "LA")]["extrap_nll"]
     lines = shift.targets(agg, sets)
     assert any(line.startswith("- n/a (E)") for line in lines)
+
+
+def test_in_range_corruption_takes_half_of_each_row_from_one_training_row():
+    from benchmarks import subpop
+
+    rng = np.random.RandomState(0)
+    X_tr = pd.DataFrame({"a": rng.normal(size=30), "b": rng.normal(size=30),
+                         "c": rng.choice(["x", "y"], size=30), "d": rng.normal(size=30),
+                         "e": rng.normal(size=30)})
+    X_te = X_tr.iloc[:10].assign(a=100.0, b=100.0, d=100.0, e=100.0, c="z")
+    out = subpop.corrupt(X_te, X_tr, seed=0)
+    assert list(out.columns) == list(X_te.columns) and len(out) == 10
+    for i in range(10):
+        changed = [c for c in X_te.columns if out.iloc[i][c] != X_te.iloc[i][c]]
+        assert len(changed) == 3  # ceil(5 / 2)
+        donors = [j for j in range(30)
+                  if all(X_tr.iloc[j][c] == out.iloc[i][c] for c in changed)]
+        assert donors  # all from one training row
+    assert (X_te["a"] == 100.0).all()  # the test rows are not modified
+
+
+def test_the_held_out_cluster_is_never_trained_on():
+    from benchmarks import subpop
+
+    X, y = defaults.load_dataset("iris")
+    train = np.arange(0, 150, 2)
+    for k in range(3):
+        fit_rows, test = subpop.held_out_cluster("iris", X, y, train, k)
+        assert not set(fit_rows) & set(test)
+        assert set(fit_rows) <= set(train)
+        assert set(np.unique(y[test])) <= set(np.unique(y[fit_rows]))
+        assert 0.05 * 150 <= len(test) <= 0.4 * 150
+    got = subpop.corruption_metrics("classification", "linear",
+                                    defaults.make_pipeline(LogisticRegression()).fit(X, y),
+                                    X, y, X, seed=0)
+    assert set(got) == {"linear"} and got["linear"]["corrupt_nll"] > 0

@@ -245,7 +245,8 @@ def test_lbfgs_line_search_keeps_descending():
     from sklearn.preprocessing import StandardScaler
 
     X, y = load_diabetes(return_X_y=True)
-    reg = LaplaceRegressor(solver="lbfgs", tol=None, max_epochs=40, hyperparameter_tuning=None,
+    reg = LaplaceRegressor(hidden_layer_sizes=(50,), solver="lbfgs", tol=None, max_epochs=40,
+                           hyperparameter_tuning=None,
                            random_state=0).fit(StandardScaler().fit_transform(X), y)
     assert reg.loss_curve_[-1] < reg.loss_curve_[20] - 1e-2
     assert np.all(np.diff(reg.loss_curve_) < 0)  # a line search accepts descent steps only

@@ -51,6 +51,8 @@ def _message(estimator, **kwargs):
 REFINE = "(the GLM's Gaussian, full or diagonal, with its exact Hessian)"
 PRIOR = "prior_precision must be a positive finite float or a 1-D array of them, got "
 SIGMA = "sigma_noise must be a positive finite float or a 1-D array of them, got "
+SIZES = ("hidden_layer_sizes must be a tuple of positive integers, 'auto' or a list of such "
+         "tuples (the candidates), got ")
 SUBNET = "subnetwork must be a positive int or a list of parameter names, got "
 NET_TYPE = ("net must be None, a skorch NeuralNet (NeuralNetClassifier, NeuralNetRegressor, "
             "...) or sklearn.frozen.FrozenEstimator(trained_net); got ")
@@ -80,10 +82,10 @@ SHARED = [
     (dict(online_burn_in=False), "online_burn_in must be an int, got False."),
     (dict(verbose=True), "verbose must be an int, got True."),
     (dict(hidden_layer_sizes=(0,)),
-     "hidden_layer_sizes must be a tuple of positive integers, got (0,)."),
-    (dict(hidden_layer_sizes=5), "hidden_layer_sizes must be a tuple of positive integers, got 5."),
+     SIZES + "(0,)."),
+    (dict(hidden_layer_sizes=5), SIZES + "5."),
     (dict(hidden_layer_sizes=(True,)),
-     "hidden_layer_sizes must be a tuple of positive integers, got (True,)."),
+     SIZES + "(True,)."),
     (dict(prior_precision=-1.0), PRIOR + "-1.0."),
     (dict(prior_precision="high"), PRIOR + "'high'."),
     (dict(prior_precision=[[1.0, 2.0]]), PRIOR + "[[1.0, 2.0]]."),
@@ -210,7 +212,7 @@ def _listed(name, messages):
       "sigma_noise."]),
     (LaplaceRegressor, dict(max_epochs=True, hidden_layer_sizes=(0,), sigma_noise=-1.0),
      ["max_epochs must be an int, got True.",
-      "hidden_layer_sizes must be a tuple of positive integers, got (0,).", SIGMA + "-1.0."]),
+      SIZES + "(0,).", SIGMA + "-1.0."]),
     # three things wrong with one net
     (LaplaceClassifier, dict(net=_clf_net(optimizer__weight_decay=1e-3,
                                           criterion__label_smoothing=0.2), solver="lbfgs"),

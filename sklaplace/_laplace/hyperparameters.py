@@ -137,6 +137,23 @@ class TargetScale:
     ndim: int
 
     @classmethod
+    def of_fit(cls, y2, ndim, normalize_y, sample_weight, frozen, given_sigma, sigma,
+               check_sigma=True):
+        """(the scale, y in model units) of a regressor's fit; ``frozen``: a
+        ``FrozenEstimator``'s net or None. A frozen net predicts in the units it was
+        trained on: those of y for a user's net (standardizing y would silently misread
+        its outputs), the standardized units of the estimator that trained it for a
+        LaplaceRegressor's ``net_`` (recorded, ``TARGET_SCALING``). Refuses a σ so
+        small that training would overflow (only training can; ``check_sigma``)."""
+        targets = cls.fit(y2, bool(normalize_y) and frozen is None, ndim, sample_weight,
+                          trained=None if frozen is None else trained_scaling(frozen,
+                                                                              y2.shape[1]))
+        y_model = targets.to_model(y2)
+        if frozen is None and check_sigma:
+            check_sigma_scale(given_sigma, sigma, y_model, targets.normalizes, sample_weight)
+        return targets, y_model
+
+    @classmethod
     def fit(cls, y2, normalize, ndim, sample_weight=None, trained=None):
         """The standardization of the targets ``y2`` (n, C): their (weighted) mean and
         std with ``normalize``, or the (mean, std) a frozen net was ``trained`` in."""

@@ -1,0 +1,191 @@
+"""``hidden_layer_sizes="auto"``: the default MLP's architecture chosen by held-out NLL.
+
+The candidates (``AUTO_CANDIDATES``: the linear model with no hidden layer, one and two
+hidden layers; or the user's list) are ordered by capacity, their number of weights.
+Each is trained on the same ``1 − validation_fraction`` of the rows and its Laplace
+approximation fitted there with the estimator's tuning (``"cv"``: δ by the held-out
+rows' NLL, as for one architecture); the held-out rows' NLL of each candidate's
+predictive decides. The search stops at the first candidate that does not improve on
+the smaller ones' held-out NLL (the larger ones are listed, not fitted), and the
+linear model trains by L-BFGS under the default ``solver``: its MAP is a convex
+problem that Adam's epochs often stop short of. The chosen candidate is then trained
+on, warm, on all rows, and its LA fitted there at the held-out δ (``"cv"``; as one
+architecture's refit) — keeping the selection pass's fit instead (no δ transferred to
+a further-trained net, 20 % fewer rows) measured worse (``REFIT``, docs/benchmarks.md).
+With fewer than ``MIN_HELD_OUT_ROWS`` held-out rows each candidate is trained on all
+rows and the Laplace evidence decides.
+
+A user's ``net`` skips the selection, and so does an explicit tuple. ``partial_fit``
+keeps one architecture over its tasks: "auto" there means ``CONTINUAL_SIZES``.
+"""
+
+import numbers
+import time
+import warnings
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+
+from ._laplace import tuning as tuners
+from ._laplace.holdout import validation_split
+from ._policy import MIN_HELD_OUT_ROWS
+
+#: Train the chosen candidate on, warm, on all rows at the held-out δ (as one
+#: architecture's "cv" refit); False keeps the selection pass's fit (measured worse).
+REFIT = True
+#: Which score chooses: "held_out_nll", or "log_evidence" (measured; not the default).
+CRITERION = "held_out_nll"
+#: The candidates of ``hidden_layer_sizes="auto"``, by capacity.
+AUTO_CANDIDATES = ((), (50,), (50, 50))
+#: What "auto" means where one architecture must serve several fits (``partial_fit``).
+CONTINUAL_SIZES = (50,)
+
+
+def _is_sizes(value):
+    return isinstance(value, (tuple, list)) and all(
+        isinstance(h, numbers.Integral) and not isinstance(h, bool) and h > 0 for h in value)
+
+
+def size_problems(value):
+    """The problems of a ``hidden_layer_sizes`` value ([] if none): "auto", a tuple of
+    positive ints, or a list of such tuples (the candidates)."""
+    if isinstance(value, str) and value == "auto":
+        return []
+    if _is_sizes(value):
+        return []
+    if (isinstance(value, (tuple, list)) and value
+            and all(isinstance(c, (tuple, list)) and _is_sizes(c) for c in value)):
+        return []
+    return [f"hidden_layer_sizes must be a tuple of positive integers, 'auto' or a list of "
+            f"such tuples (the candidates), got {value!r}."]
+
+
+def n_weights(sizes, n_features, n_outputs):
+    """Weights and biases of the MLP ``n_features → sizes… → n_outputs``."""
+    total, d_in = 0, n_features
+    for h in (*sizes, n_outputs):
+        total += (d_in + 1) * h
+        d_in = h
+    return total
+
+
+def candidates(value, n_features, n_outputs):
+    """The candidate architectures ordered by capacity (ties keep their order), or
+    None where ``value`` is one architecture."""
+    if isinstance(value, str):
+        value = AUTO_CANDIDATES
+    elif _is_sizes(value):
+        return None
+    value = list(dict.fromkeys(tuple(int(h) for h in c) for c in value))
+    return sorted(value, key=lambda c: n_weights(c, n_features, n_outputs))
+
+
+def one_architecture(value):
+    """The sizes of a fit without selection (``partial_fit``, a net's size estimate)."""
+    if isinstance(value, str):
+        return CONTINUAL_SIZES
+    return tuple(value) if _is_sizes(value) else tuple(max(value, key=sum))
+
+
+def held_out_nll(fitted, X, y, weight, scorers):
+    """Mean held-out NLL (model units, per target cell for the regressor) of a fitted
+    Laplace approximation's GLM predictive at its hyperparameters."""
+    with torch.no_grad():
+        f, cov = fitted.glm_moments(X)
+        if scorers is not None:  # the classifier's link
+            losses = np.asarray(scorers[0](f, cov, y))
+        else:
+            sigma = fitted.hyper.sigma.to(f)
+            var = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0) + sigma**2
+            r = y.reshape(f.shape) - f
+            losses = (0.5 * (torch.log(2 * np.pi * var) + r**2 / var)).mean(1).cpu().numpy()
+    return float(np.average(losses, weights=weight))
+
+
+def evidence_at_optimum(fitted, s, y_model, weight):
+    """The log evidence (model units) at its own optimum δ (and σ): the criterion of a
+    fit whose δ was chosen otherwise (at a held-out δ of 1e4 the ½δ‖θ‖² term would score
+    the prior, not the model)."""
+    if fitted.tuning in ("evidence", "online"):
+        return fitted.log_evidence(None, fitted.hyper.sigma)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        sigma = fitted.hyper.sigma if fitted.evidence.gaussian else None
+        hyper = tuners.by_evidence(fitted.evidence, fitted.subset, s.prior_structure,
+                                   s.prior_precision, sigma, y_model, weight)
+    return fitted.log_evidence(hyper.prior_precision, hyper.sigma)
+
+
+def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stratify,
+           prepare, scorers, offset):
+    """Fit every candidate and keep the best: (net_, n_iter, curve, fitted, chosen
+    sizes, results).
+
+    ``prepare(sizes)`` → the architecture's pipeline (``_base``: ``train``,
+    ``laplace``, ``callbacks``); ``scorers``: the classifier's held-out NLLs (None for
+    the regressor); ``offset(fitted)``: the evidence's offset into the units of y.
+    """
+    sizes = candidates(value, X.shape[1], n_outputs)
+    fit_rows, held_out = validation_split(len(X), s.validation_fraction, seed,
+                                          labels=y_model if stratify else None)
+    by_evidence = len(held_out) < MIN_HELD_OUT_ROWS
+    if by_evidence:
+        fit_rows = np.arange(len(X))
+    Xf, yf = X[fit_rows], y_model[fit_rows]
+    wf = None if sample_weight is None else sample_weight[fit_rows]
+    fits, rows = [], []
+    for c in sizes:
+        greedy = not by_evidence and CRITERION == "held_out_nll"
+        if greedy and len(rows) > 1 and not rows[-1][2] < min(r[2] for r in rows[:-1]):
+            s.log(f"hidden_layer_sizes={c}: skipped (the last candidate did not improve)")
+            rows.append((c, n_weights(c, X.shape[1], n_outputs), np.nan, np.nan, 0.0))
+            continue
+        start = time.perf_counter()
+        # the linear model's MAP is a convex problem: L-BFGS solves it (Adam's default
+        # epochs often stop short of it)
+        pipe = prepare(c, "lbfgs" if c == () and s.solver == "adam" else None)
+        validation = None
+        if tuning == "cv" and not by_evidence:
+            w_val = None if sample_weight is None else sample_weight[held_out]
+            validation = (X[held_out], y_model[held_out], w_val)
+        net_, n_iter, curve = pipe.train(
+            Xf, yf, sample_weight=wf, callbacks=pipe.callbacks(yf, wf),
+            what=f"hidden_layer_sizes={c}: MAP training on {len(Xf)} of {len(X)} rows")
+        fitted = pipe.laplace(net_, X=Xf, y_model=yf, sample_weight=wf,
+                              validation=validation)
+        evidence = evidence_at_optimum(fitted, s, yf, wf) + offset(fitted)
+        nll = np.nan
+        if not by_evidence:
+            nll = fitted.report.get("validation_nll")
+            if nll is None:
+                device = fitted.device
+                w_val = None if sample_weight is None else sample_weight[held_out]
+                nll = held_out_nll(
+                    fitted, torch.tensor(X[held_out], dtype=torch.float64, device=device),
+                    torch.as_tensor(y_model[held_out], device=device), w_val, scorers)
+        seconds = time.perf_counter() - start
+        s.log(f"hidden_layer_sizes={c}: held-out NLL {nll:.4f}, log evidence "
+              f"{evidence:.2f} ({seconds:.2f} s)")
+        fits.append((net_, n_iter, curve, fitted))
+        rows.append((c, int(fitted.subset.n_params), nll, evidence, seconds))
+    by_evidence = by_evidence or CRITERION == "log_evidence"
+    scores = -np.array([r[3] for r in rows]) if by_evidence else np.array([r[2] for r in rows])
+    scores = np.where(np.isnan(scores), np.inf, scores)  # skipped candidates rank last
+    best = int(np.argmin(scores))
+    if len(sizes) > 1 and best == len(sizes) - 1:
+        warnings.warn(
+            f"hidden_layer_sizes: the largest candidate {sizes[best]} won the selection "
+            f"(by {'the evidence' if by_evidence else 'held-out NLL'}); a larger network "
+            "might fit better: pass a list of candidates with larger ones.",
+            ConvergenceWarning)
+    results = {
+        "hidden_layer_sizes": np.array([r[0] for r in rows] + [None], dtype=object)[:-1],
+        "n_params": np.array([r[1] for r in rows]),
+        "criterion": np.array(["log_evidence" if by_evidence else "held_out_nll"] * len(rows)),
+        "held_out_nll": np.array([r[2] for r in rows], dtype=float),
+        "log_evidence": np.array([r[3] for r in rows], dtype=float),
+        "fit_time": np.array([r[4] for r in rows], dtype=float),
+        "rank": np.argsort(np.argsort(scores, kind="stable"), kind="stable") + 1,
+    }
+    return (*fits[best], sizes[best], results)
