@@ -180,9 +180,9 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
             "might fit better: pass a list of candidates with larger ones.",
             ConvergenceWarning)
     results = {
-        "hidden_layer_sizes": np.array([r[0] for r in rows] + [None], dtype=object)[:-1],
+        "hidden_layer_sizes": [r[0] for r in rows],  # tuples of different lengths
         "n_params": np.array([r[1] for r in rows]),
-        "criterion": np.array(["log_evidence" if by_evidence else "held_out_nll"] * len(rows)),
+        "criterion": ["log_evidence" if by_evidence else "held_out_nll"] * len(rows),
         "held_out_nll": np.array([r[2] for r in rows], dtype=float),
         "log_evidence": np.array([r[3] for r in rows], dtype=float),
         "fit_time": np.array([r[4] for r in rows], dtype=float),

@@ -294,7 +294,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         ``refine`` only: L-BFGS and Newton-CG iterations, or natural-gradient steps.
     hidden_layer_sizes_ : tuple of int or None
         The fitted default MLP's hidden widths (None for a given ``net``).
-    model_selection_results_ : dict of ndarray
+    model_selection_results_ : dict of list or ndarray
         Several candidates only, ordered by capacity: ``hidden_layer_sizes``,
         ``n_params``, ``criterion``, ``held_out_nll``, ``log_evidence`` (at its
         optimal prior), ``fit_time``, ``rank``; a ``ConvergenceWarning`` when

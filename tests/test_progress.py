@@ -24,7 +24,8 @@ def test_verbose_fit_prints_each_stage_with_its_time_and_no_ansi(capsys, monkeyp
     monkeypatch.setattr(progress, "DELAY", 0.0)  # every epoch counts as a long loop
     monkeypatch.setattr(progress, "INTERVAL", 0.0)
     X, y = _data()
-    est = LaplaceClassifier(max_epochs=3, verbose=1, random_state=0).fit(X, y)
+    est = LaplaceClassifier(hidden_layer_sizes=(50,), max_epochs=3, verbose=1,
+                            random_state=0).fit(X, y)
     out = capsys.readouterr().out
     assert est.hyperparameter_tuning_ == "cv"
     seconds = r"in \d+\.\d\d s"
