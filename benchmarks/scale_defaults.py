@@ -125,10 +125,12 @@ def _gib(b):
     return f"{b / 2**30:.2f}"
 
 
-def section_defaults_scale(out, rows=(10_000, 100_000), repeats=1, tasks=None):
-    """Append the table of the default fits against scikit-learn's MLP at each N of ``rows``."""
+def section_defaults_scale(out, rows=(10_000, 100_000), repeats=1, tasks=None, params=None):
+    """Append the table of the default fits against scikit-learn's MLP at each N of ``rows``
+    (``params``: the LA's parameters other than its defaults, the MLP then not run)."""
     tasks = ("classifier", "regressor") if tasks is None else tasks
-    out += ["## Default fits at 10⁴–10⁶ rows against scikit-learn's MLP "
+    title = "Default fits" if not params else f"Fits with {json.dumps(params)}"
+    out += [f"## {title} at 10⁴–10⁶ rows against scikit-learn's MLP "
             "(fresh processes, default threads)", "",
             "| estimator | N | LA fit (s) | MLP fit (s) | LA / MLP | LA epochs | MLP epochs "
             "| LA predict (s) | MLP predict (s) | data (GiB) | LA fit peak (GiB) "
@@ -139,11 +141,13 @@ def section_defaults_scale(out, rows=(10_000, 100_000), repeats=1, tasks=None):
             runs = {"LA": [], "MLP": []}
             load = []
             for _ in range(repeats):
-                for which in ("LA", "MLP"):
+                for which in ("LA",) if params else ("LA", "MLP"):
                     load.append(os.getloadavg()[0])
-                    runs[which].append(_run(task, which, n))
-            cell = {w: {k: statistics.median(r[k] for r in runs[w])
-                        for k in ("fit", "predict", "fit_peak", "epochs")} for w in runs}
+                    runs[which].append(_run(task, which, n, params))
+            missing = {"fit": float("nan"), "predict": float("nan"), "fit_peak": float("nan"),
+                       "epochs": float("nan")}
+            cell = {w: {k: statistics.median(r[k] for r in runs[w]) if runs[w] else missing[k]
+                        for k in missing} for w in runs}
             la, mlp = cell["LA"], cell["MLP"]
             out.append(
                 f"| {task} | {n:,} | {la['fit']:.1f} | {mlp['fit']:.1f} | "

@@ -56,6 +56,7 @@ skipped with a message.
 import argparse
 import copy
 import dataclasses
+import json
 import os
 import platform
 import statistics
@@ -646,6 +647,10 @@ def add_arguments(parser):
                         help="dask section: training rows (one row per value)")
     parser.add_argument("--dask-epochs", type=int, default=20,
                         help="dask section: L-BFGS epochs of every fit")
+    parser.add_argument("--defaults-scale-params", default=None,
+                        help="defaults_scale section: the LA's parameters as JSON (e.g. "
+                             "'{\"max_epochs\": 2}' for a memory check of the LA's stages); "
+                             "the MLP runs (and its columns) are then skipped")
     parser.add_argument("--out", default=None, help="write the markdown report here")
 
 
@@ -674,8 +679,10 @@ def _sklearn_section(repeats, out, sets=None):
 def _defaults_scale_section(args, out):
     from .scale_defaults import section_defaults_scale
 
+    params = None if args.defaults_scale_params is None else json.loads(
+        args.defaults_scale_params)
     section_defaults_scale(out, args.defaults_scale_rows, args.repeats,
-                           args.defaults_scale_tasks)
+                           args.defaults_scale_tasks, params)
 
 
 def _dask_section(args, out):
