@@ -42,7 +42,7 @@ suppress_warnings = ["config.cache"]  # sphinx-gallery's configuration holds fun
 
 # --- API reference: one page per public name (docs/api.rst lists them, autosummary writes them)
 autosummary_generate = True
-autodoc_default_options = {"members": False, "inherited-members": False}
+autodoc_default_options = {}
 autodoc_typehints = "none"
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False

@@ -53,6 +53,10 @@ def test_the_site_builds_without_warnings(tmp_path):
         for name in importlib.import_module(module_name).__all__:
             assert any(page.endswith(f".{name}.html") for page in pages), (
                 f"{module_name}.{name} has no API page")
+    # class pages document the methods (inherited from sklaplace's mixins too)
+    page = (out / "generated" / "sklaplace.LaplaceClassifier.html").read_text()
+    for method in ("fit", "predict_proba", "predict_dist", "partial_fit"):
+        assert f'id="sklaplace.LaplaceClassifier.{method}"' in page, method
     for page in GUIDE_PAGES:
         assert (out / "user_guide" / f"{page.stem}.html").exists(), page.name
     assert (out / "auto_examples" / "index.html").exists()

@@ -189,8 +189,8 @@ class NormalPrediction(_NormalScipyMixin, _RowsMixin):
 
         Returns
         -------
-        samples : ndarray of shape (n_samples, *mean.shape)
-            Draws of the target, noise included.
+        samples : ndarray of shape (n_samples, n_rows) or (n_samples, n_rows, n_outputs)
+            Draws of the target, noise included (the shape of ``mean`` after the draws').
 
         Raises
         ------
