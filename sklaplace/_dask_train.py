@@ -45,7 +45,8 @@ def fit_dask_trained(estimator, X, y):
     if isinstance(estimator.hidden_layer_sizes, str):
         raise ValueError(
             f"hidden_layer_sizes={estimator.hidden_layer_sizes!r} is not supported on dask "
-            "input: give the hidden widths (a tuple of ints).")
+            "input (the architecture choice needs held-out rows in memory): give the hidden "
+            "widths, e.g. hidden_layer_sizes=(50,).")
     check_params(estimator)
     pairs, n_features, names = row_parts(X, y)
     classifier = hasattr(estimator, "class_weight")
