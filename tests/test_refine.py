@@ -643,3 +643,15 @@ def test_evidence_tuning_with_refine_is_the_exact_type_ii_maximum_likelihood(met
     np.testing.assert_allclose(
         std, np.sqrt(np.einsum("np,pq,nq->n", Xb[:5], cov, Xb[:5]) + reg.sigma_noise_**2),
         rtol=1e-8)
+
+
+def test_vi_on_noise_free_constant_targets_refuses_clearly():
+    """Constant rows and targets: the GGN's curvature reaches ~1e27 and the VI start's
+    capacitance is not numerically positive definite; a ValueError naming refine, not
+    torch's LinAlgError (found by the parameter fuzz)."""
+    est = LaplaceRegressor(hidden_layer_sizes=(3,), max_epochs=3, random_state=0,
+                           batch_size=5, refine="vi")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="refine='vi'"):
+            est.fit(np.full((3, 1), 3.0), np.full(3, 2.0))

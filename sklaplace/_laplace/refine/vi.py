@@ -242,7 +242,14 @@ def natural_gradient_vi(glm, delta, structure, generator, steps=None):
     scale = (glm.s * glm.w)[:, None, None]
     F0 = glm.factors(glm.f0)
     A0 = scale * (F0 @ F0.transpose(1, 2))
-    q = _Gaussian(structure, glm, glm.theta_star.clone(), A0, delta)
+    try:
+        q = _Gaussian(structure, glm, glm.theta_star.clone(), A0, delta)
+    except torch.linalg.LinAlgError as error:
+        raise ValueError(
+            "refine='vi' cannot start: the Laplace posterior's precision at the MAP is not "
+            "numerically positive definite (the likelihood's curvature spans too many orders "
+            "of magnitude, e.g. targets fitted without noise). Use refine='laplace' or "
+            "refine=None, or check the data (constant or duplicated targets).") from error
     kernel = q.K if q.kernel else None
     elbo, mu, V = _elbo(glm, q, expect)
     start = elbo
