@@ -33,6 +33,7 @@ import argparse
 
 import numpy as np
 import torch
+from scipy.special import expit
 from sklearn.datasets import load_breast_cancer
 from sklearn.frozen import FrozenEstimator
 from sklearn.metrics import accuracy_score, log_loss
@@ -47,7 +48,7 @@ def map_proba(clf, X):
     """Plain MAP predictive of the fitted net (sigmoid of its single logit)."""
     with torch.no_grad():
         f = clf.net_.module_(torch.as_tensor(X, dtype=torch.float32)).numpy()[:, 0]
-    p = 1 / (1 + np.exp(-f))
+    p = expit(f.astype(np.float64))  # no overflow for large logits
     return np.column_stack([1 - p, p])
 
 
