@@ -216,6 +216,11 @@ def hessian_of(objective_tensor):
     return hessian
 
 
+# Newton-polish at most this many hyperparameters: the Hessian costs one backward pass per
+# hyperparameter, which prior_structure="diag" (one δ per weight) would make P passes.
+MAX_POLISHED = 64
+
+
 def newton_polish(objective, hessian, x, bounds, max_steps=3):
     """Newton steps on the free coordinates from L-BFGS-B's end point ``x``.
 
@@ -227,8 +232,11 @@ def newton_polish(objective, hessian, x, bounds, max_steps=3):
     at ``x`` (from within the tolerance, a fixed Hessian converges as fast as a new one per
     step). Coordinates on a bound stay there; a step is taken only while it lowers the
     gradient's norm, does not raise the objective and keeps every coordinate within its
-    bounds.
+    bounds. More than ``MAX_POLISHED`` hyperparameters (a prior per weight) keep L-BFGS-B's
+    end point.
     """
+    if len(x) > MAX_POLISHED:
+        return np.array(x, dtype=float)
     lower = np.array([-np.inf if b[0] is None else b[0] for b in bounds])
     upper = np.array([np.inf if b[1] is None else b[1] for b in bounds])
     x = np.array(x, dtype=float)
