@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "multilabel": ".multilabel",
     "coldstart": ".cold_start",
     "selection": ".selection",
+    "all": ".all",
 }
 
 
