@@ -14,6 +14,7 @@ made; none writes to the estimator.
   and the values (δ, σ, history) it reports.
 """
 
+import functools
 import pickle
 import types
 
@@ -23,7 +24,7 @@ from sklearn.base import clone
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils.validation import check_memory
 
-from . import _policy as policy
+from . import _policy as policy, _warmup as warmup
 from ._laplace import nets, progress
 from ._laplace.convergence import training_curve
 from ._laplace.hyperparameters import Hyperparameters, weighted_spread
@@ -118,6 +119,13 @@ def train(s, net, frozen, X, y_model, likelihood, hyper, sizes, seed, sample_wei
         return (frozen, *training_curve(frozen))
     fit = check_memory(s.memory).cache(nets.train_map)
     extra = {} if sample_weight is None else {"sample_weight": sample_weight}
+    prior, warm_epochs = hyper.for_training(sizes), 0
+    if warmup.applies(s, likelihood, frozen, init_module):
+        mean_net, init_module, prior = warmup.train_mean(
+            s, X, y_model, hyper, seed, sample_weight, callbacks, functools.partial(
+                online_callbacks, s, sample_weight=sample_weight, linear=True), sizes)
+        warm_epochs = len(mean_net.history)
+        s.log(f"{what}: the mean alone first, {warm_epochs} epochs")
     if init_module is not None:
         extra["init_module"] = init_module
     shown = progress.Progress(net.max_epochs, what, s.log) if s.verbose else None
@@ -127,7 +135,7 @@ def train(s, net, frozen, X, y_model, likelihood, hyper, sizes, seed, sample_wei
             clone(net), X, y_model, likelihood=likelihood.name,
             default_dtype=str(torch.get_default_dtype()),  # in the memory cache's key
             temperature=s.temperature, sigma_noise=hyper.sigma.numpy(),
-            prior_precision=hyper.for_training(sizes), seed=seed, callbacks=callbacks,
+            prior_precision=prior, seed=seed, callbacks=callbacks,
             tol=s.tol, n_iter_no_change=s.n_iter_no_change, **extra,
         )
     except pickle.PicklingError as error:
@@ -141,7 +149,8 @@ def train(s, net, frozen, X, y_model, likelihood, hyper, sizes, seed, sample_wei
         seconds = progress.stop_epochs(token, shown)
     s.log(f"{what}: {len(trained.history)} epochs in {seconds:.2f} s")
     trained.module_.eval()  # inference mode from here on, as skorch's predict leaves it
-    return (trained, *training_curve(trained))
+    n_iter, curve = training_curve(trained)
+    return trained, warm_epochs + n_iter, curve
 
 
 def online_callbacks(s, likelihood, sizes, linear, y_model, n_out, sample_weight=None):
