@@ -27,6 +27,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from . import _averaging as averaging
 from . import _policy as policy
 from ._dask import is_dask
 from . import _selection as selection
@@ -42,7 +43,7 @@ from ._validation import (PARAMETER_CONSTRAINTS, check_params, check_positive, c
 #: Fitted attributes one fit sets only in some configurations: removed before a new fit.
 _OPTIONAL_FITTED = ("validation_nll_", "evidence_history_", "refine_objective_init_",
                     "refine_objective_", "refine_n_iter_", "n_tasks_",
-                    "model_selection_results_")
+                    "model_selection_results_", "model_weights_", "estimators_")
 
 
 def keeps_state_on_failure(fit):
@@ -102,15 +103,25 @@ class BaseLaplace(BaseEstimator):
             train_seed, prediction_seed)
         if auto:
             pipe = prepare(())  # the likelihood and the scorers, the same for every candidate
-            *fit, sizes, results = selection.select(
+            if self.model_averaging and pipe.likelihood.multilabel:
+                raise ValueError("model_averaging=True does not support multilabel y (an "
+                                 "indicator matrix); use model_averaging=False.")
+            *fit, sizes, results, mixture = selection.select(
                 s, s.hidden_layer_sizes, X, y_model, n_outputs, sample_weight,
                 tuning=tuning_, seed=int(rng.randint(0, 2**31 - 1)),
                 stratify=not (pipe.likelihood.regression or pipe.likelihood.multilabel),
                 prepare=prepare,
-                scorers=pipe.scorers, offset=self._evidence_offset)
+                scorers=pipe.scorers, offset=self._evidence_offset,
+                averaging=self.model_averaging)
+
+            def refit(sizes, fit):
+                return self._refit(prepare(sizes, "lbfgs" if sizes == () and s.solver == "adam"
+                                           else None), fit, X, y_model, sample_weight)
+
+            if mixture is not None:
+                return averaging.store(self, *mixture, results, refit)
             if selection.REFIT:  # see _selection
-                fit = self._refit(prepare(sizes, "lbfgs" if sizes == () and s.solver == "adam"
-                                          else None), fit, X, y_model, sample_weight)
+                fit = refit(sizes, fit)
             self._store(*fit)
             self.hidden_layer_sizes_, self.model_selection_results_ = sizes, results
             return self
@@ -282,6 +293,7 @@ class BaseLaplace(BaseEstimator):
         the ½δ‖θ‖² term of a large δ would score the prior, not the model (hidden width
         (2,) beat (50,) by 21,000 nats at δ = 1e4).
         """
+        averaging.refuse(self, "The evidence as a model-selection score")
         if self.hyperparameter_tuning_ != "cv":
             return float(self.log_evidence_)
         fitted = self.laplace_
@@ -299,6 +311,7 @@ class BaseLaplace(BaseEstimator):
 
     def _log_evidence(self, prior_precision, sigma):
         check_is_fitted(self)
+        averaging.refuse(self, "log_evidence")
         if prior_precision is not None:
             positive_array("prior_precision", prior_precision)
         return self.laplace_.log_evidence(prior_precision, sigma)
@@ -312,6 +325,7 @@ class BaseLaplace(BaseEstimator):
         refined mean and covariance depend on δ (a refinement per value).
         """
         check_is_fitted(self)
+        averaging.refuse(self, "A prediction at another prior precision")
         if self.refine is not None:
             raise ValueError(
                 f"refine={self.refine!r}: the refined posterior depends on the prior precision, "
@@ -333,6 +347,7 @@ class BaseLaplace(BaseEstimator):
             at given weights; see :class:`sklaplace.posterior.WeightPosterior`.
         """
         check_is_fitted(self)
+        averaging.refuse(self, "posterior_")
         from .posterior import WeightPosterior
 
         return WeightPosterior(self)
@@ -349,6 +364,7 @@ class BaseLaplace(BaseEstimator):
     def _function_samples(self, X, n_samples, random_state):
         """Functions from the posterior: GLM f + J(θ − θ*), or the net at θ."""
         check_is_fitted(self)
+        averaging.refuse(self, "sample_functions")
         check_positive("n_samples", n_samples, integer=True)
         Xt = self._X_tensor(X)
         seed = check_seed("random_state", random_state).randint(0, 2**31 - 1)
@@ -370,7 +386,8 @@ class BaseLaplace(BaseEstimator):
                 f"This {type(self).__name__} was pickled by an earlier sklaplace, whose "
                 "fitted state had another layout (before the fitted Laplace approximation "
                 "became one object, laplace_); refit it with this version.")
-        state.setdefault("extrapolation_variance", 0.0)  # pickled before the parameter
+        state.setdefault("extrapolation_variance", 0.0)  # pickled before the parameters
+        state.setdefault("model_averaging", False)
         if "laplace_" in state:
             state.setdefault("extrapolation_variance_", 0.0)
         super().__setstate__(state)

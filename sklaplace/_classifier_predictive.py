@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
+from . import _averaging as averaging
 from ._laplace.fitted import by_rows, generator
 from ._dask import lazy_on_dask, refuse_dask
 from ._laplace.workflow import torch_entry_point
@@ -122,12 +123,15 @@ class ClassifierPredictive:
 
         Returns
         -------
-        dist : LogitGaussianPrediction or MultilabelPrediction
+        dist : LogitGaussianPrediction, MultilabelPrediction or CategoricalMixturePrediction
             ``dist.proba()`` equals ``predict_proba(X)``. Multilabel: a
             ``MultilabelPrediction``, the Gaussian over the labels' logits with
-            one sigmoid per label.
+            one sigmoid per label. ``model_averaging=True``: the mixture of the
+            candidates' predictives.
         """
         check_is_fitted(self)
+        if averaging.averaged(self):
+            return averaging.classifier_dist(self, X)
         Xt, fitted = self._X_tensor(X), self.laplace_
         if self.pred_type == "nn":
             samples = fitted.nn_samples(Xt, self.n_samples, generator(fitted.prediction_seed))
@@ -165,6 +169,8 @@ class ClassifierPredictive:
             each label's probability (rows need not sum to 1).
         """
         check_is_fitted(self)
+        if averaging.averaged(self):
+            return averaging.proba(self, X)
         Xt, fitted, link = self._X_tensor(X), self.laplace_, self._link()
         if self.pred_type in ("glm", "gp"):
             # moments per row chunk (their buffers freed but the (rows, C, C) covariance),
@@ -268,6 +274,25 @@ class ClassifierPredictive:
             Bernoulli likelihood, else one per class).
         """
         return self._function_samples(X, n_samples, random_state).cpu().numpy()
+
+    @thread_policy
+    @torch_entry_point
+    def log_evidence(self, prior_precision=None):
+        """Laplace log marginal likelihood at the fitted or given prior precision.
+
+        Parameters
+        ----------
+        prior_precision : float or array-like, default=None
+            Whole-net form as the constructor parameter; ``None`` uses
+            ``prior_precision_``.
+
+        Returns
+        -------
+        log_evidence : float
+            The Laplace approximation of log p(y | X) at that prior precision
+            (after ``partial_fit``: of the last task given the earlier ones).
+        """
+        return self._log_evidence(prior_precision, None)
 
     def _held_out_scorers(self, likelihood, seed):
         """NLLs of held-out labels under this fit's link (:meth:`Link.scorers`)."""

@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 from .distributions._joint import model_joint
 from ._laplace import natural, nets
 from ._laplace.fitted import generator
+from ._laplace.hyperparameters import TARGET_SCALING
 from ._validation import check_positive, check_seed
 
 HETERO = "heteroscedastic"
@@ -95,6 +96,15 @@ class RegressorNoise:
             self.__dict__.pop("sigma_noise_", None)  # the noise is per row: predict_dist
         else:
             self.sigma_noise_ = fitted.targets.sigma_original(fitted.hyper.sigma)
+
+    def _record_scaling(self):
+        """Record the standardization on a net this estimator trained (not on a frozen one)."""
+        if not isinstance(self.net, FrozenEstimator):
+            self.laplace_.targets.record_on(self.net_)
+        return self
+
+    #: Attribute of a trained ``net_`` with the (mean, std) of its outputs' standardization.
+    TARGET_SCALING = TARGET_SCALING
 
     def _held_out_scorers(self, likelihood, seed):
         """The held-out NLL (model units, per row) of the predictive

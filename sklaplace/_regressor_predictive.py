@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
+from . import _averaging as averaging
 from .distributions._joint import joint_moments, per_output_cov, sample_joint
 from ._dask import lazy_on_dask, refuse_dask
 from ._laplace.workflow import torch_entry_point
@@ -22,6 +23,11 @@ from .distributions import NormalPrediction
 
 class RegressorPredictive:
     """Prediction and evidence methods of :class:`~sklaplace.LaplaceRegressor` (a mixin)."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
 
     @thread_policy
     @torch_entry_point
@@ -98,10 +104,13 @@ class RegressorPredictive:
 
         Returns
         -------
-        dist : NormalPrediction
+        dist : NormalPrediction or NormalMixturePrediction
             ``mean``, ``std``, ``epistemic_var``, ``aleatoric_var``, ``interval`` ...
+            (``model_averaging=True``: the mixture of the candidates' Gaussians).
         """
         check_is_fitted(self)
+        if averaging.averaged(self):
+            return averaging.regressor_dist(self, X)
         mean, var, noise = self._output_moments(X)
         return NormalPrediction(mean=mean, epistemic_var=var, aleatoric_var=noise)
 
@@ -150,6 +159,9 @@ class RegressorPredictive:
             mean, cov = self._joint_moments()(self, X)
             mean = mean[:, 0] if self.laplace_.targets.ndim == 1 else mean
             return mean, per_output_cov(self, cov)
+        if averaging.averaged(self):  # the mixture's mean and total std
+            dist = averaging.regressor_dist(self, X)
+            return (dist.mean, dist.std) if return_std else dist.mean
         mean, var, noise = self._output_moments(X)
         return (mean, np.sqrt(var + noise)) if return_std else mean
 
@@ -183,6 +195,7 @@ class RegressorPredictive:
         return sample_joint(self, X, int(n_samples), random_state, self._joint_moments())
 
     def _joint_moments(self):
+        averaging.refuse(self, "The joint predictive over rows (return_cov, sample_y)")
         if self.laplace_.likelihood.name == "heteroscedastic":
             return type(self)._natural_joint
         return joint_moments

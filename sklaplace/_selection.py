@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
+from . import _averaging as averaging_
 from ._laplace import tuning as tuners
 from ._laplace.holdout import validation_split
 from ._policy import MIN_HELD_OUT_ROWS
@@ -88,19 +89,24 @@ def one_architecture(value):
     return tuple(value) if _is_sizes(value) else tuple(max(value, key=sum))
 
 
-def held_out_nll(fitted, X, y, weight, scorers):
-    """Mean held-out NLL (model units, per target cell for the regressor) of a fitted
+def held_out_losses(fitted, X, y, scorers):
+    """Held-out NLL per row (model units; the regressor's (rows, targets)) of a fitted
     Laplace approximation's GLM predictive at its hyperparameters."""
     with torch.no_grad():
         f, cov = fitted.glm_moments(X)
         if scorers is not None:  # the classifier's link
-            losses = np.asarray(scorers[0](f, cov, y))
-        else:
-            sigma = fitted.hyper.sigma.to(f)
-            var = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0) + sigma**2
-            r = y.reshape(f.shape) - f
-            losses = (0.5 * (torch.log(2 * np.pi * var) + r**2 / var)).mean(1).cpu().numpy()
-    return float(np.average(losses, weights=weight))
+            return np.asarray(scorers[0](f, cov, y))
+        sigma = fitted.hyper.sigma.to(f)
+        var = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0) + sigma**2
+        r = y.reshape(f.shape) - f
+        return (0.5 * (torch.log(2 * np.pi * var) + r**2 / var)).cpu().numpy()
+
+
+def held_out_nll(fitted, X, y, weight, scorers):
+    """Mean held-out NLL (model units, per target cell for the regressor) of a fitted
+    Laplace approximation's GLM predictive at its hyperparameters."""
+    losses = held_out_losses(fitted, X, y, scorers)
+    return float(np.average(losses if losses.ndim == 1 else losses.mean(1), weights=weight))
 
 
 def evidence_at_optimum(fitted, s, y_model, weight):
@@ -118,9 +124,11 @@ def evidence_at_optimum(fitted, s, y_model, weight):
 
 
 def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stratify,
-           prepare, scorers, offset):
+           prepare, scorers, offset, averaging=False):
     """Fit every candidate and keep the best: (net_, n_iter, curve, fitted, chosen
-    sizes, results).
+    sizes, results, mixture); ``mixture`` is None, or with ``averaging`` the candidates
+    ((sizes, fit) per row of ``results``, None where skipped) and their weights
+    (:mod:`._averaging`).
 
     ``prepare(sizes)`` → the architecture's pipeline (``_base``: ``train``,
     ``laplace``, ``callbacks``); ``scorers``: the classifier's held-out NLLs (None for
@@ -134,12 +142,13 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
         fit_rows = np.arange(len(X))
     Xf, yf = X[fit_rows], y_model[fit_rows]
     wf = None if sample_weight is None else sample_weight[fit_rows]
-    fits, rows = [], []
+    fits, rows, row_losses = [], [], []
     for c in sizes:
         greedy = not by_evidence and CRITERION == "held_out_nll"
         if greedy and len(rows) > 1 and not rows[-1][2] < min(r[2] for r in rows[:-1]):
             s.log(f"hidden_layer_sizes={c}: skipped (the last candidate did not improve)")
             rows.append((c, n_weights(c, X.shape[1], n_outputs), np.nan, np.nan, 0.0))
+            fits.append(None)
             continue
         start = time.perf_counter()
         # the linear model's MAP is a convex problem: L-BFGS solves it (Adam's default
@@ -156,6 +165,11 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
                               validation=validation)
         evidence = evidence_at_optimum(fitted, s, yf, wf) + offset(fitted)
         nll = np.nan
+        if averaging and not by_evidence:  # per row: the stacking weights'
+            losses = held_out_losses(
+                fitted, torch.tensor(X[held_out], dtype=torch.float64, device=fitted.device),
+                torch.as_tensor(y_model[held_out], device=fitted.device), scorers)
+            row_losses.append(losses if losses.ndim == 1 else losses.sum(1))
         if not by_evidence:
             nll = fitted.report.get("validation_nll")
             if nll is None:
@@ -188,4 +202,13 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
         "fit_time": np.array([r[4] for r in rows], dtype=float),
         "rank": np.argsort(np.argsort(scores, kind="stable"), kind="stable") + 1,
     }
-    return (*fits[best], sizes[best], results)
+    mixture = None
+    if averaging:
+        done = [i for i, fit in enumerate(fits) if fit is not None]
+        weights = np.zeros(len(rows))
+        weights[done] = (averaging_.evidence_weights(results["log_evidence"][done])
+                         if by_evidence else averaging_.stacking_weights(
+                             -np.stack(row_losses, axis=1),
+                             None if sample_weight is None else sample_weight[held_out]))
+        mixture = [(c, fit) for c, fit in zip(sizes, fits)], weights
+    return (*fits[best], sizes[best], results, mixture)

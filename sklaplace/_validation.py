@@ -24,6 +24,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
 from ._laplace import nets
+from ._averaging import partial_fit_reasons, problems as averaging_problems
 from ._selection import size_problems
 
 #: The link approximations of the classifier's GLM predictive (``link_approx``).
@@ -42,6 +43,7 @@ _NON_NEGATIVE = Interval(Real, 0, None, closed="left")
 PARAMETER_CONSTRAINTS = {
     "net": "no_validation",  # None, a skorch net or FrozenEstimator: check_params
     "hidden_layer_sizes": "no_validation",  # "auto" or tuple(s) of ints: check_params
+    "model_averaging": ["boolean"],
     "max_epochs": _at_least(1),
     "lr": _POSITIVE,
     "batch_size": _at_least(1),
@@ -236,7 +238,7 @@ def parameter_problems(params, name, likelihood_kinds, *, continual=False, n_out
     problems = _refine_problems(p, name, likelihood_kinds)
     problems += [f"{key} must be an int, got {p[key]!r}." for key in _COUNTS
                  if isinstance(p.get(key), bool)]
-    problems += size_problems(p["hidden_layer_sizes"])
+    problems += size_problems(p["hidden_layer_sizes"]) + averaging_problems(p, continual)
     problems += _failures((positive_array, "prior_precision", p["prior_precision"]),
                           (nets.check_device_name, p["device"], "device"))
     problems += _combination_problems(p)
@@ -425,7 +427,7 @@ def _sigma_problems(p, continual, n_outputs):
 def partial_fit_available(estimator):
     """``available_if`` check of ``partial_fit``: AttributeError (``hasattr`` False, as for
     ``MLPClassifier(solver="lbfgs")``) naming what to change where it is not supported."""
-    reasons = []
+    reasons = partial_fit_reasons(estimator)
     if estimator.subset_of_weights not in ("auto", "all"):
         reasons.append(f"subset_of_weights={estimator.subset_of_weights!r} (use 'all')")
     if estimator.hessian_structure not in ("auto", "full", "diag", "kron"):

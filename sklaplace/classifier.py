@@ -96,6 +96,12 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     validation_fraction : float, default=0.2
         Share of the rows held out by ``hyperparameter_tuning="cv"``
         (stratified for classification), as in scikit-learn's MLP.
+    model_averaging : bool, default=False
+        With several candidates (``hidden_layer_sizes`` "auto" or a list),
+        ``True`` predicts with the mixture of their predictives, weighted by
+        stacking: the weights on the simplex that maximise the held-out rows'
+        log-likelihood of the mixture (with under 10 held out, the evidence's
+        model probabilities); each of weight ≥ 1e-3 is refit on all rows.
     subset_of_weights : {"auto", "all", "last_layer", "subnetwork"}, default="auto"
         The weights under the LA. ``"auto"`` (with ``hessian_structure="auto"``):
         all weights with the full structure when its curvature and
@@ -282,6 +288,11 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         ``n_params``, ``criterion``, ``held_out_nll``, ``log_evidence`` (at its
         optimal prior), ``fit_time``, ``rank``; a ``ConvergenceWarning`` when
         the largest wins.
+    model_weights_ : ndarray of shape (n_candidates,)
+        ``model_averaging=True`` only: the weights, by ``model_selection_results_``
+        row (0: not refit); ``net_``, ``laplace_`` … are the largest weight's.
+    estimators_ : list of LaplaceClassifier
+        ``model_averaging=True`` only: the candidates of non-zero weight, refit.
     n_features_in_ : int
         Number of features seen during ``fit``.
     feature_names_in_ : ndarray of str
@@ -309,7 +320,7 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     def __init__(self, net=None, *, hidden_layer_sizes="auto", max_epochs=200, lr=1e-2,
                  batch_size=128, tol=1e-4, n_iter_no_change=10, solver="adam",
                  prior_precision=1.0, prior_structure="scalar",
-                 hyperparameter_tuning="auto", validation_fraction=0.2,
+                 hyperparameter_tuning="auto", validation_fraction=0.2, model_averaging=False,
                  subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", gp_subset_size=None, link_approx="probit", n_samples=100,
@@ -330,6 +341,7 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         self.prior_structure = prior_structure
         self.hyperparameter_tuning = hyperparameter_tuning
         self.validation_fraction = validation_fraction
+        self.model_averaging = model_averaging
         self.subset_of_weights = subset_of_weights
         self.hessian_structure = hessian_structure
         self.subnetwork = subnetwork
@@ -408,7 +420,7 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_label = True
+        tags.classifier_tags.multi_label = not self.model_averaging  # (refused: _base)
         return tags
 
     def _check_outputs(self, likelihood, n_outputs, n_out):
@@ -423,22 +435,3 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
                 f"The network outputs {n_out} values per row but the {likelihood.name} "
                 f"likelihood with {len(self.classes_)} "
                 f"{'labels' if likelihood.multilabel else 'classes'} needs {expected}.")
-
-    @thread_policy
-    @torch_entry_point
-    def log_evidence(self, prior_precision=None):
-        """Laplace log marginal likelihood at the fitted or given prior precision.
-
-        Parameters
-        ----------
-        prior_precision : float or array-like, default=None
-            Whole-net form as the constructor parameter; ``None`` uses
-            ``prior_precision_``.
-
-        Returns
-        -------
-        log_evidence : float
-            The Laplace approximation of log p(y | X) at that prior precision
-            (after ``partial_fit``: of the last task given the earlier ones).
-        """
-        return self._log_evidence(prior_precision, None)

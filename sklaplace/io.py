@@ -142,10 +142,19 @@ class _ParamWriter(Writer):
                                  if hasattr(net, k)}
         return out
 
+    def _estimator(self, estimator):
+        """The parameters and fitted attributes of the file's estimator, or of a candidate."""
+        params, state = estimator.get_params(deep=False), vars(estimator)
+        order = sorted(set(state) - set(params), key=lambda k: (k != "net_", k != "laplace_", k))
+        return {"params": {k: self._param(v, k) for k, v in params.items()},  # nets first:
+                "attributes": {k: self._param(state[k], k) for k in order}}
+
     def _param(self, value, key=None):
         from sklearn.frozen import FrozenEstimator
         from skorch import NeuralNet
 
+        if type(value) in _estimators().values():  # a fitted candidate (estimators_)
+            return {"$estimator": type(value).__name__, **self._estimator(value)}
         if isinstance(value, type):
             return self._class(value, key)
         if isinstance(value, NeuralNet):
@@ -204,13 +213,8 @@ def save(estimator, path, module_name=None):
     if module_name is not None and not isinstance(module_name, str):
         raise TypeError(f"module_name must be a str or None, got {module_name!r}")
     writer = _ParamWriter(module_name)
-    params = estimator.get_params(deep=False)
     doc = {"format": _FORMAT, "version": FORMAT_VERSION, "sklaplace": __version__,
-           "estimator": type(estimator).__name__,
-           "params": {k: writer._param(v, k) for k, v in params.items()}}
-    state = {k: v for k, v in vars(estimator).items() if k not in params}
-    order = sorted(state, key=lambda k: (k != "net_", k != "laplace_", k))  # nets first
-    doc["attributes"] = {k: writer._param(state[k], k) for k in order}
+           "estimator": type(estimator).__name__, **writer._estimator(estimator)}
     doc["modules"] = writer.modules
     path = Path(path)
     buffer = _io.BytesIO()
@@ -342,6 +346,14 @@ class _ParamReader(Reader):
                 setattr(net, key, self(item))
         return net
 
+    def _estimator(self, cls, value):
+        params = {k: self._param(v) for k, v in value["params"].items()}
+        if self._device_arg is not None and params.get("net") is None:
+            params["device"] = str(self._device_arg)
+        estimator = cls(**params)  # the attributes in the file's order (nets first)
+        vars(estimator).update({k: self._param(v) for k, v in value["attributes"].items()})
+        return estimator
+
     def _param(self, value):
         from sklearn.frozen import FrozenEstimator
         from sklearn.utils.validation import check_memory
@@ -374,6 +386,8 @@ class _ParamReader(Reader):
             return check_memory(value["$memory"])
         if tag == "$strings":
             return np.asarray(value["$strings"], dtype=object if value.get("object") else None)
+        if tag == "$estimator" and value["$estimator"] in _estimators():
+            return self._estimator(_estimators()[value["$estimator"]], value)
         if tag == "$instance":
             cls = _resolve_class(value["$instance"])
             if cls is None:
@@ -424,12 +438,7 @@ def load(path, modules=None, device=None):
         raise _refuse(path, f"unknown estimator {doc.get('estimator')!r}")
     reader = _ParamReader(arrays, doc, modules, device)
     try:
-        params = {k: reader._param(v) for k, v in doc["params"].items()}
-        if device is not None and params.get("net") is None:
-            params["device"] = str(device)
-        estimator = cls(**params)
-        for key, value in doc["attributes"].items():
-            setattr(estimator, key, reader._param(value))
+        estimator = reader._estimator(cls, doc)
     except (KeyError, IndexError, AttributeError) as error:
         raise _refuse(path, f"its document is malformed ({error!r})") from None
     if reader.mapped:

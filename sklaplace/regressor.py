@@ -7,7 +7,7 @@ from sklearn.frozen import FrozenEstimator
 from . import _policy as policy
 from ._base import BaseLaplace, keeps_state_on_failure
 from ._continual import RegressorPartialFit
-from ._laplace.hyperparameters import TARGET_SCALING, TargetScale
+from ._laplace.hyperparameters import TargetScale
 from ._laplace.workflow import torch_entry_point
 from ._regressor_noise import RegressorNoise
 from ._regressor_predictive import RegressorPredictive
@@ -94,6 +94,12 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
     validation_fraction : float, default=0.2
         Share of the rows held out by ``hyperparameter_tuning="cv"``
         (stratified for classification), as in scikit-learn's MLP.
+    model_averaging : bool, default=False
+        With several candidates (``hidden_layer_sizes`` "auto" or a list),
+        ``True`` predicts with the mixture of their predictives, weighted by
+        stacking: the weights on the simplex that maximise the held-out rows'
+        log-likelihood of the mixture (with under 10 held out, the evidence's
+        model probabilities); each of weight ≥ 1e-3 is refit on all rows.
     subset_of_weights : {"auto", "all", "last_layer", "subnetwork"}, default="auto"
         The weights under the LA. ``"auto"`` (with ``hessian_structure="auto"``):
         all weights with the full structure when its curvature and
@@ -299,6 +305,11 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         ``n_params``, ``criterion``, ``held_out_nll``, ``log_evidence`` (at its
         optimal prior), ``fit_time``, ``rank``; a ``ConvergenceWarning`` when
         the largest wins.
+    model_weights_ : ndarray of shape (n_candidates,)
+        ``model_averaging=True`` only: the weights, by ``model_selection_results_``
+        row (0: not refit); ``net_``, ``laplace_`` … are the largest weight's.
+    estimators_ : list of LaplaceRegressor
+        ``model_averaging=True`` only: the candidates of non-zero weight, refit.
     n_features_in_ : int
         Number of features seen during ``fit``.
     feature_names_in_ : ndarray of str
@@ -325,7 +336,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
     def __init__(self, net=None, *, hidden_layer_sizes="auto", max_epochs=200, lr=1e-2,
                  batch_size=128, tol=1e-4, n_iter_no_change=10, solver="adam",
                  prior_precision=1.0, prior_structure="scalar",
-                 hyperparameter_tuning="auto", validation_fraction=0.2,
+                 hyperparameter_tuning="auto", validation_fraction=0.2, model_averaging=False,
                  subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", gp_subset_size=None, n_samples=100,
@@ -345,6 +356,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         self.prior_structure = prior_structure
         self.hyperparameter_tuning = hyperparameter_tuning
         self.validation_fraction = validation_fraction
+        self.model_averaging = model_averaging
         self.subset_of_weights = subset_of_weights
         self.hessian_structure = hessian_structure
         self.subnetwork = subnetwork
@@ -367,11 +379,6 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         self.memory = memory
         self.random_state = random_state
         self.verbose = verbose
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True
-        return tags
 
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_state_on_failure
@@ -433,15 +440,6 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         self._fit(X, y_model, kind, (2 if kind != "gaussian" else 1) * y2.shape[1], targets,
                   sample_weight, task=task)
         return self._record_scaling()
-
-    def _record_scaling(self):
-        """Record the standardization on a net this estimator trained (not on a frozen one)."""
-        if not isinstance(self.net, FrozenEstimator):
-            self.laplace_.targets.record_on(self.net_)
-        return self
-
-    #: Attribute of a trained ``net_`` with the (mean, std) of its outputs' standardization.
-    TARGET_SCALING = TARGET_SCALING
 
     def _default_tuning(self, n_rows):
         return policy.regressor_tuning(

@@ -20,6 +20,8 @@ ESTIMATORS = [
     LaplaceClassifier(solver="lbfgs", hyperparameter_tuning="evidence", **SMALL),
     LaplaceRegressor(solver="lbfgs", **SMALL),
     LaplaceRegressor(noise="heteroscedastic", **SMALL),
+    LaplaceClassifier(model_averaging=True, **{**SMALL, "hidden_layer_sizes": [(), (10,)]}),
+    LaplaceRegressor(model_averaging=True, **{**SMALL, "hidden_layer_sizes": [(), (10,)]}),
 ]
 
 

@@ -176,7 +176,7 @@ def test_the_validation_catches_a_broken_docstring():
 DIFFERING_PARAMS = ["net", "hyperparameter_tuning", "n_samples"]
 #: Shared attributes that differ: the regressor's evidence is in the units of y, and its
 #: online history records σ.
-DIFFERING_ATTRS = ["log_evidence_", "evidence_history_"]
+DIFFERING_ATTRS = ["log_evidence_", "evidence_history_", "estimators_"]
 
 
 @pytest.mark.filterwarnings("ignore:Checking was skipped")  # one estimator's own entries

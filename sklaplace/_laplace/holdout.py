@@ -45,7 +45,7 @@ def validation_split(n_rows, fraction, seed, labels=None):
     if n_val < 1 or n_rows - n_val < 2:
         raise ValueError(
             f"validation_fraction={fraction} leaves no held-out row or too few rows to "
-            f"fit among {n_rows}; use more data or another hyperparameter_tuning."
+            f"fit among n_samples={n_rows}; use more data or another hyperparameter_tuning."
         )
     stratify = None
     if labels is not None:
