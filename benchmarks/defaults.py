@@ -240,10 +240,24 @@ def make_pipeline(estimator):
     return Pipeline([("columns", columns), ("model", estimator)])
 
 
+class WithDensity(tuple):
+    """``(mean, std)`` of a predictive that is not Gaussian, with its distribution
+    (``dist``: ``logpdf``, ``interval``) for :func:`score`: a ``model_averaging=True``
+    regressor's mixture."""
+
+    def __new__(cls, mean, std, dist):
+        self = super().__new__(cls, (mean, std))
+        self.dist = dist
+        return self
+
+
 def predict(task, pipe, X):
     """Class probabilities (``classes_`` order) or ``(mean, std)`` of a fitted pipeline."""
     if task == "classification":
         return pipe.predict_proba(X)
+    if hasattr(pipe[-1], "model_weights_"):  # model_averaging: scored by its mixture density
+        dist = pipe[-1].predict_dist(pipe[:-1].transform(X))
+        return WithDensity(dist.mean, dist.std, dist)
     return pipe.predict(X, return_std=True)
 
 
@@ -287,6 +301,12 @@ def score(task, y_true, prediction, classes=None):
                 "acc": float(np.mean(np.argmax(proba, 1) == labels)),
                 "ece": expected_calibration_error(labels, proba)}
     mean, std = prediction
+    dist = getattr(prediction, "dist", None)
+    if dist is not None:  # a mixture: its own density and central interval
+        low, high = dist.interval(0.9)
+        return {"nll": float(-np.mean(dist.logpdf(y_true))),
+                "rmse": float(np.sqrt(np.mean((y_true - mean) ** 2))),
+                "coverage90": float(np.mean((low <= y_true) & (y_true <= high)))}
     std = np.maximum(std, 1e-12)
     return {"nll": gaussian_nll(y_true, mean, std),
             "rmse": float(np.sqrt(np.mean((y_true - mean) ** 2))),

@@ -15,7 +15,9 @@ kept (no refit); ``(50,)-tol=None``: 200 epochs in both trainings, no convergenc
 stop; ``(50,)-evidence``: one training on all rows, δ by the evidence; ``auto``: the default (the chosen candidate trained on, warm, on
 all rows with its held-out δ); ``auto-kept``: the selection pass's fit kept; ``auto-evidence``: the
 candidates chosen by the Laplace evidence at its optimal prior; ``auto-lbfgs``:
-every candidate trained by L-BFGS.
+every candidate trained by L-BFGS; ``auto-averaged``: ``model_averaging=True`` (the
+candidates' mixture, a regressor's scored by its density; its MAP column is the
+largest weight's net, its sizes those of the candidates kept).
 
 Example::
 
@@ -47,6 +49,7 @@ VARIANTS = {
     "auto-kept": ({}, {"REFIT": False}),
     "auto-evidence": ({}, {"CRITERION": "log_evidence"}),
     "auto-lbfgs": ({"solver": "lbfgs"}, {}),
+    "auto-averaged": ({"model_averaging": True}, {}),
 }
 
 
@@ -98,7 +101,9 @@ def run(datasets, variants, n_splits, max_rows, log=print):
                     dataset=name, split=k, method=variant, seconds=seconds,
                     nll=score(task, yte, predict(task, pipe, Xte), classes)["nll"],
                     map_nll=score(task, yte, map_predict(task, pipe, Xte), classes)["nll"],
-                    sizes=str(pipe[-1].hidden_layer_sizes_)))
+                    sizes=str(pipe[-1].hidden_layer_sizes_) if not hasattr(
+                        pipe[-1], "estimators_") else "+".join(
+                        str(e.hidden_layer_sizes_) for e in pipe[-1].estimators_)))
             log(f"{name} split {k}: " + "  ".join(
                 f"{r['method']}={r['nll']:.3f}" for r in records
                 if r["dataset"] == name and r["split"] == k))

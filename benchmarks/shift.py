@@ -43,7 +43,6 @@ from sklearn.neural_network import MLPClassifier, MLPRegressor
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
-from sklaplace.metrics import gaussian_nll, interval_coverage
 from . import subpop
 from .defaults import (
     ResidualStd,
@@ -52,6 +51,7 @@ from .defaults import (
     make_pipeline,
     map_predict,
     predict,
+    score,
     task_of,
 )
 
@@ -290,11 +290,10 @@ def extrapolation_records(name, X, y, splits, estimators, k, warned):
         for direction, (train, test) in splits.items():
             preds = _fit_predict("regression", method, est, X.iloc[train], y[train],
                                  X.iloc[test], warned, "extrapolation")
-            for m, (mean, std) in preds.items():
-                std = np.maximum(std, 1e-12)
-                out.setdefault(m, {})[f"extrap_nll_{direction}"] = gaussian_nll(y[test], mean, std)
-                out[m][f"extrap_cov90_{direction}"] = interval_coverage(
-                    y[test], mean, std, confidence=0.9)[0]
+            for m, prediction in preds.items():  # (a mixture's by its density: score)
+                scores = score("regression", y[test], prediction)
+                out.setdefault(m, {})[f"extrap_nll_{direction}"] = scores["nll"]
+                out[m][f"extrap_cov90_{direction}"] = scores["coverage90"]
         for r in out.values():
             for metric in ("extrap_nll", "extrap_cov90"):
                 r[metric] = float(np.mean([r[f"{metric}_{d}"] for d in splits]))

@@ -19,6 +19,7 @@ from ._dirichlet import DirichletPrediction
 from ._links import (_psd_sqrt, _sample_logits, binary_probit_proba, bridge_alpha,
                      centered_logit_var, mc_proba, mean_field_proba, probit_link, probit_proba)
 from .._multilabel import MultilabelPrediction, multilabel_probit_proba
+from ._mixture import CategoricalMixturePrediction, NormalMixturePrediction
 from ._scipy_like import _NormalScipyMixin, _RowsMixin
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "LogitGaussianPrediction",
     "DirichletPrediction",
     "MultilabelPrediction",
+    "NormalMixturePrediction",
+    "CategoricalMixturePrediction",
 ]
 
 _LINKS = ("probit", "bridge", "mc", "nn")

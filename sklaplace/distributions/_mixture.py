@@ -122,7 +122,7 @@ class NormalMixturePrediction(_RowsMixin):
         Returns
         -------
         logpdf : ndarray
-            log Σ_k w_k N(y; μ_k, σ_k²) of each value.
+            The mixture's log density log Σ_k w_k N(y; μ_k, σ_k²) of each value.
         """
         with np.errstate(divide="ignore"):
             log_w = np.log(self.weights)
@@ -161,7 +161,7 @@ class NormalMixturePrediction(_RowsMixin):
         return parts @ self.weights
 
     def ppf(self, q):
-        """Quantiles of the mixture (bisection on :meth:`cdf`).
+        """Compute the mixture's quantiles (bisection on :meth:`cdf`).
 
         Parameters
         ----------
@@ -228,9 +228,9 @@ class NormalMixturePrediction(_RowsMixin):
 
 @dataclass(frozen=True, eq=False)
 class CategoricalMixturePrediction:
-    """Mixture of the candidates' class predictives, the classifier's with
-    ``model_averaging=True``: ``proba() = Σ_k w_k p_k``.
+    """Mixture of class predictives, the classifier's with ``model_averaging=True``.
 
+    ``proba() = Σ_k w_k p_k`` of the candidate architectures' predictives.
     ``dist[rows]`` selects rows of every candidate; ``len(dist)`` is the number of rows.
 
     Parameters
@@ -277,8 +277,10 @@ class CategoricalMixturePrediction:
         return entr(self.proba()).sum(axis=-1)
 
     def mutual_information(self):
-        """Epistemic uncertainty of the mixture: its entropy less the weighted expected
-        entropy of the candidates (their mutual information counted within); shape (n,).
+        """Epistemic uncertainty of the mixture; shape (n,).
+
+        Its entropy less the weighted expected entropy of the candidates (their own
+        mutual information counted within).
 
         Returns
         -------
