@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from . import __version__
+from ._laplace.workflow import MODULE_IN_USE
 from ._persist import Reader, Writer
 
 __all__ = ["save", "load"]
@@ -213,8 +214,10 @@ def save(estimator, path, module_name=None):
     if module_name is not None and not isinstance(module_name, str):
         raise TypeError(f"module_name must be a str or None, got {module_name!r}")
     writer = _ParamWriter(module_name)
+    with MODULE_IN_USE:  # not while a prediction in another thread borrows a fitted module
+        state = writer._estimator(estimator)
     doc = {"format": _FORMAT, "version": FORMAT_VERSION, "sklaplace": __version__,
-           "estimator": type(estimator).__name__, **writer._estimator(estimator)}
+           "estimator": type(estimator).__name__, **state}
     doc["modules"] = writer.modules
     path = Path(path)
     buffer = _io.BytesIO()

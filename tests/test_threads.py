@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -269,3 +270,46 @@ def test_overlapping_fits_in_threads_leave_thread_settings_as_found(iris, monkey
         t.join()
     assert not errors
     assert _settings() == before
+
+
+@pytest.mark.parametrize("write", ["pickle", "sklaplace.io"])
+def test_a_fit_saved_while_another_thread_predicts_saves_the_fitted_module(write, tmp_path):
+    # A prediction borrows the fitted module (forward hooks of the per-layer Jacobians,
+    # weights swapped in by torch.func); a save mid-call failed ("Can't pickle local
+    # object 'preactivation_hooks...'") or could take the borrowed state along. A dask
+    # worker sending a shared estimator to another while predicting hit this, and the
+    # task then waited forever.
+    import pickle
+    import threading
+
+    from sklaplace import io as skio
+
+    rng = np.random.RandomState(0)
+    X = rng.randn(2000, 5)
+    y = (X[:, 0] > 0).astype(int)
+    est = LaplaceClassifier(hidden_layer_sizes=(20,), max_epochs=3, subset_of_weights="all",
+                            hessian_structure="diag", hyperparameter_tuning=None,
+                            random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X, y)
+    expected = est.predict_proba(X[:5])
+    stop = threading.Event()
+
+    def predict():
+        while not stop.is_set():
+            est.predict_proba(X)
+
+    thread = threading.Thread(target=predict)
+    thread.start()
+    try:
+        for i in range(60):
+            if write == "pickle":
+                copy = pickle.loads(pickle.dumps(est))
+            else:
+                skio.save(est, tmp_path / "est.skl")
+                copy = skio.load(tmp_path / "est.skl")
+            np.testing.assert_array_equal(copy.predict_proba(X[:5]), expected)
+    finally:
+        stop.set()
+        thread.join()

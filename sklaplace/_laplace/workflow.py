@@ -23,6 +23,8 @@ import warnings
 
 import torch
 
+from .subsets.base import _FUNCTIONAL_CALL_LOCK as MODULE_IN_USE
+
 
 # ---------------------------------------------------------------- grad modes
 def torch_entry_point(method):
@@ -82,7 +84,10 @@ def pack_state(state, params):
     if not moved:
         return state
     buffer = io.BytesIO()
-    torch.save(moved, buffer)
+    # a prediction in another thread borrows the fitted module (forward hooks, weights
+    # swapped in by torch.func): pickle it between calls, never mid-call
+    with MODULE_IN_USE:
+        torch.save(moved, buffer)
     kept = {k: v for k, v in state.items() if k not in moved}
     kept[_PACKED] = buffer.getvalue()
     return kept
