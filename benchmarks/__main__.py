@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "coldstart": ".cold_start",
     "selection": ".selection",
     "all": ".all",
+    "transfer": ".transfer",
 }
 
 

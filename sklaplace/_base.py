@@ -30,6 +30,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _averaging as averaging
 from . import _policy as policy
 from ._dask import is_dask
+from . import _crossfit as crossfit
 from . import _selection as selection
 from ._fitting import fit_laplace
 from ._laplace import likelihoods, tuning, workflow
@@ -106,17 +107,20 @@ class BaseLaplace(BaseEstimator):
             if self.model_averaging and pipe.likelihood.multilabel:
                 raise ValueError("model_averaging=True does not support multilabel y (an "
                                  "indicator matrix); use model_averaging=False.")
+            split_seed = int(rng.randint(0, 2**31 - 1))
+            stratify = not (pipe.likelihood.regression or pipe.likelihood.multilabel)
             *fit, sizes, results, mixture = selection.select(
                 s, s.hidden_layer_sizes, X, y_model, n_outputs, sample_weight,
-                tuning=tuning_, seed=int(rng.randint(0, 2**31 - 1)),
-                stratify=not (pipe.likelihood.regression or pipe.likelihood.multilabel),
-                prepare=prepare,
+                tuning=tuning_, seed=split_seed, stratify=stratify, prepare=prepare,
                 scorers=pipe.scorers, offset=self._evidence_offset,
                 averaging=self.model_averaging)
+            split = validation_split(len(X), s.validation_fraction, split_seed,
+                                     labels=y_model if stratify else None)
 
             def refit(sizes, fit):
-                return self._refit(prepare(sizes, "lbfgs" if sizes == () and s.solver == "adam"
-                                           else None), fit, X, y_model, sample_weight)
+                return self._refit(s, prepare(sizes, "lbfgs" if sizes == () and s.solver == "adam"
+                                              else None), fit, X, y_model, sample_weight,
+                                   split, split_seed + 1)
 
             if mixture is not None:
                 return averaging.store(self, *mixture, results, refit)
@@ -156,20 +160,28 @@ class BaseLaplace(BaseEstimator):
         self.hidden_layer_sizes_ = s.hidden_layer_sizes if s.net is None else None
         return self
 
-    def _refit(self, pipe, first, X, y_model, sample_weight):
+    def _refit(self, s, pipe, first, X, y_model, sample_weight, split, seed):
         """The chosen candidate trained on, warm, on all rows, its LA at the selection
-        pass's held-out δ ("cv"; "online" tunes again during that training)."""
+        pass's held-out δ ("cv"; "online" tunes again during that training), pooled
+        over more folds where the held-out rows are few (:mod:`._crossfit`); ``split``:
+        the selection's (fit rows, held-out rows)."""
         fitted = first[3]
         chosen = fitted.hyper if fitted.tuning == "cv" else None
+        nll = fitted.report.get("validation_nll")
+        if chosen is not None and len(split[1]) >= policy.MIN_HELD_OUT_ROWS:
+            pooled = crossfit.pooled_choice(s, fitted, split[1], pipe, X, y_model,
+                                            sample_weight, split[0], seed)
+            if pooled is not None:
+                chosen, nll = pooled
+        init = first[0].module_ if selection.REFIT_START == "warm" else None
         net_, n_iter, curve = pipe.train(X, y_model, sample_weight=sample_weight,
-                                         init_module=first[0].module_,
+                                         init_module=init,
                                          callbacks=pipe.callbacks(y_model, sample_weight),
                                          what=f"MAP training on all {len(X)} rows")
         refit = pipe.laplace(net_, X=X, y_model=y_model, sample_weight=sample_weight,
                              chosen=chosen)
         if chosen is not None:  # the held-out NLL of the choice, on the refit's object
-            refit = dataclasses.replace(refit, report={
-                **refit.report, "validation_nll": fitted.report["validation_nll"]})
+            refit = dataclasses.replace(refit, report={**refit.report, "validation_nll": nll})
         return net_, n_iter, curve, refit
 
     def _pipeline(self, s, X, n_outputs, likelihood_default, tuning_, targets, train_seed,

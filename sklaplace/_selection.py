@@ -35,6 +35,9 @@ from ._policy import MIN_HELD_OUT_ROWS
 #: Train the chosen candidate on, warm, on all rows at the held-out δ (as one
 #: architecture's "cv" refit); False keeps the selection pass's fit (measured worse).
 REFIT = True
+#: How the chosen candidate's refit on all rows starts: "warm" (from the selection
+#: pass's net) or "cold" (a fresh training from the same initialization).
+REFIT_START = "warm"
 #: Which score chooses: "held_out_nll", or "log_evidence" (measured; not the default).
 CRITERION = "held_out_nll"
 #: The candidates of ``hidden_layer_sizes="auto"``, by capacity.

@@ -149,6 +149,29 @@ def _held_out_gaussian(moments, y, floor, weight=None, polish=None):
     return losses(t), float(np.exp(t))
 
 
+def grid_losses(evidence, posterior, subset, Xv, yv, scorers, *, sampled=False,
+                n_samples=None, seed=None):
+    """(the δ grid, held-out NLL per δ and row (K, n)) of a classifier's predictive of
+    ``posterior`` (its curvature, without prior) on (Xv, yv): the GLM moments of every δ
+    from one pass of Jacobians, or with ``sampled`` the net at the same draws for each
+    whole decade of the grid. What :func:`by_held_out` chooses from; held-out rows of
+    several fits pool their rows' losses (``_crossfit``)."""
+    deltas = 10.0 ** (LOG10_PRIOR_GRID[::4] if sampled else LOG10_PRIOR_GRID)
+    nll, nll_of_samples = scorers
+    scale = float(evidence.scale(None))
+    with torch.no_grad():
+        if sampled:
+            losses = [nll_of_samples(_draw_outputs(_at_prior(posterior, d, scale), subset,
+                                                   Xv, n_samples, seed), yv)
+                      for d in deltas]
+        else:
+            losses = np.empty((len(deltas), len(Xv)))
+            for rows, f, covs in held_out_chunks(posterior, subset, Xv, deltas, scale):
+                for k, cov in enumerate(covs):
+                    losses[k, rows] = nll(f, cov, yv[rows])
+    return deltas, np.asarray(losses)
+
+
 def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, sigma, *,
                 sampled, n_samples, seed, scorers=None):
     """Scalar δ (and σ) by held-out NLL over the grid (one-SE rule, broad side) of the
@@ -162,18 +185,8 @@ def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, sigm
     deltas = 10.0 ** (LOG10_PRIOR_GRID[::4] if sampled else LOG10_PRIOR_GRID)
     with torch.no_grad():
         if not evidence.gaussian:
-            nll, nll_of_samples = scorers
-            scale = float(evidence.scale(None))
-            if sampled:
-                losses = [nll_of_samples(_draw_outputs(_at_prior(posterior, d, scale), subset,
-                                                       Xv, n_samples, seed), yv)
-                          for d in deltas]
-            else:
-                losses = np.empty((len(deltas), len(Xv)))
-                for rows, f, covs in held_out_chunks(posterior, subset, Xv, deltas, scale):
-                    for k, cov in enumerate(covs):
-                        losses[k, rows] = nll(f, cov, yv[rows])
-            losses = np.asarray(losses)
+            deltas, losses = grid_losses(evidence, posterior, subset, Xv, yv, scorers,
+                                         sampled=sampled, n_samples=n_samples, seed=seed)
             chosen = one_standard_error_choice(losses, w_val)
             warn_at_grid_bound(chosen, deltas)
             return (Hyperparameters.of(float(deltas[chosen]), sigma),
