@@ -128,6 +128,35 @@ def table(records):
     return "\n".join(lines)
 
 
+class _Variant(LaplaceClassifier):
+    """The default classifier fitted under a variant's settings (``variant_``)."""
+
+    variant_ = "one-fold"
+
+    def fit(self, X, y, **kwargs):
+        with settings(VARIANTS[self.variant_]):
+            return super().fit(X, y, **kwargs)
+
+
+def board(datasets, variant, n_splits, max_rows, log=print):
+    """The scoreboard's records (:func:`benchmarks.defaults.run_dataset`, with the columns
+    where the data change on the first split) of the default ``LA`` beside ``variant``'s,
+    ``MLP`` and ``linear``, fitted in one run."""
+    from . import defaults
+
+    def estimators(task, seed):
+        base = defaults.make_estimators(task, seed, methods=("LA", "MLP", "linear"))
+        other = type("Variant", (_Variant,), {"variant_": variant})
+        base[variant] = other(**base["LA"].get_params())
+        return base
+
+    records = []
+    for name in datasets:
+        records += defaults.run_dataset(name, n_splits, max_rows, estimators=estimators,
+                                        shift_splits=1, log=log)[0]
+    return records
+
+
 def add_arguments(parser):
     parser.add_argument("--datasets", nargs="+", choices=CLASSIFICATION, default=["attrition"])
     parser.add_argument("--variants", nargs="+", choices=tuple(VARIANTS),
@@ -138,10 +167,19 @@ def add_arguments(parser):
                         help='more LaplaceClassifier parameters, e.g. \'{"tol": null}\'')
     parser.add_argument("--splits", type=int, default=3)
     parser.add_argument("--max-rows", type=int, default=2000)
+    parser.add_argument("--board", metavar="VARIANT", choices=tuple(VARIANTS),
+                        help="instead: the scoreboard's columns (NLL, the columns where the "
+                             "data change, fit time) of the default beside this variant, "
+                             "MLPClassifier and LogisticRegression, as JSON lines")
     return parser
 
 
 def main(args):
+    if args.board:
+        records = board(args.datasets, args.board, args.splits, args.max_rows)
+        for r in records:
+            print(json.dumps(r, default=str))
+        return records
     sizes = None if args.sizes is None else [tuple(c) for c in args.sizes]
     records = run(args.datasets, args.variants, args.splits, args.max_rows, sizes,
                   args.params, log=lambda line: None)

@@ -85,3 +85,14 @@ def test_large_held_out_sets_train_once(monkeypatch):
     est = LaplaceClassifier(**FAST)
     calls = _spied_fit(monkeypatch, est, X, y)
     assert [len(rows) for rows, _ in calls] == [96, 120]
+
+
+def test_the_transfer_benchmark_reports_the_oracle_delta_of_the_final_net():
+    from benchmarks import transfer
+
+    records = transfer.run(["iris"], ["one-fold"], 1, 60, sizes=[(4,)],
+                           params={"max_epochs": 10}, log=lambda line: None)
+    (r,) = records
+    assert r["oracle_nll"] <= r["nll"] + 1e-12  # the grid holds the chosen δ
+    assert r["oracle_delta"] in 10.0 ** transfer.LOG10_PRIOR_GRID
+    assert r["sizes"] == "(4,)" and "| iris | 0 | one-fold |" in transfer.table(records)
