@@ -12,11 +12,12 @@ split this reports, for each way of making the final net (``--variants``):
 - the epochs of the final training, the norm of the final weights and the fit time.
 
 Variants: ``warm`` (the default: the refit continues the selection pass's net on all
-rows, δ pooled over folds where the held-out rows are few, :mod:`sklaplace._crossfit`),
+rows at the held-out δ of one fold), ``pooled`` (δ pooled over up to two more folds
+where one holds under 500 rows, :mod:`sklaplace._crossfit`),
 ``cold`` (the refit trains afresh from the same initialization on all rows),
 ``kept`` (no refit: the selection pass's net and LA, trained on 80 % of the rows),
-``one-fold`` (δ from the one held-out fold, as before the pooling), ``two-extra`` (at
-most two folds beyond the held-out one); each with the default architecture choice, or
+``one-fold`` (δ from the one held-out fold), ``two-extra`` (pooled over at most two
+folds beyond the held-out one); each with the default architecture choice, or
 with ``--sizes`` one candidate list (``--params``: more estimator parameters).
 The splits and the pipeline are the scoreboard's (:mod:`benchmarks.defaults`).
 
@@ -44,7 +45,8 @@ HELP = "the held-out δ against the final net's best δ (test rows as a diagnost
 
 VARIANTS = {"warm": {"REFIT_START": "warm"}, "cold": {"REFIT_START": "cold"},
             "kept": {"REFIT": False},
-            "one-fold": {"POOLED_ROWS": 0}, "two-extra": {"MAX_EXTRA_FOLDS": 2}, "one-fold-cold": {"POOLED_ROWS": 0,
+            "one-fold": {"POOLED_ROWS": 0}, "pooled": {"POOLED_ROWS": 500},
+            "two-extra": {"POOLED_ROWS": 500, "MAX_EXTRA_FOLDS": 2}, "one-fold-cold": {"POOLED_ROWS": 0,
                                                               "REFIT_START": "cold"}}
 
 

@@ -163,7 +163,7 @@ class BaseLaplace(BaseEstimator):
     def _refit(self, s, pipe, first, X, y_model, sample_weight, split, seed):
         """The chosen candidate trained on, warm, on all rows, its LA at the selection
         pass's held-out δ ("cv"; "online" tunes again during that training), pooled
-        over more folds where the held-out rows are few (:mod:`._crossfit`); ``split``:
+        over more folds where ``_crossfit.POOLED_ROWS`` asks (off by default); ``split``:
         the selection's (fit rows, held-out rows)."""
         fitted = first[3]
         chosen = fitted.hyper if fitted.tuning == "cv" else None

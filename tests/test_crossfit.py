@@ -39,6 +39,20 @@ def _spied_fit(monkeypatch, est, X, y):
     return calls
 
 
+@pytest.fixture(autouse=True)
+def pooled(monkeypatch):
+    """The pooled choice as measured (off by default: ``POOLED_ROWS = 0``)."""
+    monkeypatch.setattr(_crossfit, "POOLED_ROWS", 500)
+
+
+def test_off_by_default_one_fold_chooses(monkeypatch):
+    monkeypatch.setattr(_crossfit, "POOLED_ROWS", 0)
+    assert _crossfit.n_extra_folds(150, 30) == 0
+    X, y = _rows()
+    calls = _spied_fit(monkeypatch, LaplaceClassifier(**FAST), X, y)
+    assert [len(rows) for rows, _ in calls] == [96, 120]
+
+
 def test_extra_folds_until_enough_rows_are_held_out():
     assert _crossfit.n_extra_folds(1000, 200) == 2  # 3 folds hold out 600 ≥ 500 rows
     assert _crossfit.n_extra_folds(150, 30) == _crossfit.MAX_EXTRA_FOLDS == 2  # at most
