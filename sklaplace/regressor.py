@@ -191,10 +191,10 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         over the outputs mapped to the mean function μ = η₁σ² linearized (the delta
         method), σ²(x) that of the MAP; ``predict_dist(X).aleatoric_var`` is the per-row
         σ²(x), ``epistemic_var`` Var μ(x). ``sigma_noise`` must stay 1.0 and
-        ``sigma_noise_`` is not set;
-        a skorch net needs the criterion
-        ``sklaplace.nets.HeteroscedasticGaussianNLLLoss``; not with ``refine`` nor
-        ``partial_fit``.
+        ``sigma_noise_`` is not set; not with ``refine`` nor ``partial_fit``. The
+        default MLP trains the mean alone (one σ), then both heads from there: the
+        variance cannot take up what the mean should fit. A skorch net needs the
+        criterion ``sklaplace.nets.HeteroscedasticGaussianNLLLoss``.
     normalize_y : bool, default=True
         Standardize the targets internally, so that every scale-dependent
         setting (``sigma_noise``, ``prior_precision``, the σ floor of tuning)
