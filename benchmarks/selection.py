@@ -101,13 +101,20 @@ def run(datasets, variants, n_splits, max_rows, log=print):
                     dataset=name, split=k, method=variant, seconds=seconds,
                     nll=score(task, yte, predict(task, pipe, Xte), classes)["nll"],
                     map_nll=score(task, yte, map_predict(task, pipe, Xte), classes)["nll"],
-                    sizes=str(pipe[-1].hidden_layer_sizes_) if not hasattr(
-                        pipe[-1], "estimators_") else "+".join(
-                        str(e.hidden_layer_sizes_) for e in pipe[-1].estimators_)))
+                    sizes=_sizes(pipe[-1])))
             log(f"{name} split {k}: " + "  ".join(
-                f"{r['method']}={r['nll']:.3f}" for r in records
-                if r["dataset"] == name and r["split"] == k))
+                f"{r['method']}={r['nll']:.3f} ({r['seconds']:.1f} s"
+                + (f"; {r['sizes']})" if "sizes" in r else ")") for r in records
+                if r["dataset"] == name and r["split"] == k), flush=True)
     return records
+
+
+def _sizes(est):
+    """The chosen architecture, or the averaged ones with their weights."""
+    if not hasattr(est, "estimators_"):
+        return str(est.hidden_layer_sizes_)
+    weights = est.model_weights_[est.model_weights_ > 0]
+    return "+".join(f"{e.hidden_layer_sizes_}×{w:.2f}" for e, w in zip(est.estimators_, weights))
 
 
 def table(records, datasets, variants):
