@@ -92,9 +92,10 @@ def one_architecture(value):
     return tuple(value) if _is_sizes(value) else tuple(max(value, key=sum))
 
 
-def held_out_losses(fitted, X, y, scorers):
-    """Held-out NLL per row (model units; the regressor's (rows, targets)) of a fitted
-    Laplace approximation's GLM predictive at its hyperparameters."""
+def held_out_losses(fitted, X, y, scorers, per_cell=True):
+    """Held-out NLL per row (model units) of a fitted Laplace approximation's GLM
+    predictive at its hyperparameters: the regressor's mean over the targets
+    (``per_cell``) or their sum (the row's joint NLL)."""
     with torch.no_grad():
         f, cov = fitted.glm_moments(X)
         if scorers is not None:  # the classifier's link
@@ -102,14 +103,14 @@ def held_out_losses(fitted, X, y, scorers):
         sigma = fitted.hyper.sigma.to(f)
         var = torch.diagonal(cov, dim1=1, dim2=2).clamp_min(0) + sigma**2
         r = y.reshape(f.shape) - f
-        return (0.5 * (torch.log(2 * np.pi * var) + r**2 / var)).cpu().numpy()
+        cells = 0.5 * (torch.log(2 * np.pi * var) + r**2 / var)
+        return (cells.mean(1) if per_cell else cells.sum(1)).cpu().numpy()
 
 
 def held_out_nll(fitted, X, y, weight, scorers):
     """Mean held-out NLL (model units, per target cell for the regressor) of a fitted
     Laplace approximation's GLM predictive at its hyperparameters."""
-    losses = held_out_losses(fitted, X, y, scorers)
-    return float(np.average(losses if losses.ndim == 1 else losses.mean(1), weights=weight))
+    return float(np.average(held_out_losses(fitted, X, y, scorers), weights=weight))
 
 
 def evidence_at_optimum(fitted, s, y_model, weight):
@@ -169,10 +170,10 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
         evidence = evidence_at_optimum(fitted, s, yf, wf) + offset(fitted)
         nll = np.nan
         if averaging and not by_evidence:  # per row: the stacking weights'
-            losses = held_out_losses(
+            row_losses.append(held_out_losses(
                 fitted, torch.tensor(X[held_out], dtype=torch.float64, device=fitted.device),
-                torch.as_tensor(y_model[held_out], device=fitted.device), scorers)
-            row_losses.append(losses if losses.ndim == 1 else losses.sum(1))
+                torch.as_tensor(y_model[held_out], device=fitted.device), scorers,
+                per_cell=False))
         if not by_evidence:
             nll = fitted.report.get("validation_nll")
             if nll is None:

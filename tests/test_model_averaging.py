@@ -161,6 +161,19 @@ def test_regressor_predicts_the_mixture_of_the_candidates_gaussians(regressor):
     assert np.allclose(est.score(X, y), 1 - ((y - mean)**2).sum() / ((y - y.mean())**2).sum())
 
 
+def test_a_multi_output_regressor_mixes_each_output():
+    X, y = curve(seed=2, n=80)
+    Y = np.column_stack([y, np.cos(X[:, 0])])
+    est = quiet_fit(LaplaceRegressor(model_averaging=True, **FAST), X, Y)
+    kept = est.model_weights_[est.model_weights_ > 0]
+    mean, std = est.predict(X, return_std=True)
+    means, stds = zip(*(e.predict(X, return_std=True) for e in est.estimators_))
+    assert mean.shape == std.shape == Y.shape
+    assert np.allclose(mean, np.tensordot(kept, np.array(means), 1), rtol=1e-12, atol=1e-12)
+    assert np.all(std >= np.sqrt(np.tensordot(kept, np.array(stds) ** 2, 1)) * (1 - 1e-12))
+    assert est.predict_dist(X).logpdf(Y).shape == Y.shape
+
+
 def test_a_mixture_of_gaussians_quantiles_draws_and_one_component():
     rng = np.random.RandomState(0)
     mu, ev, av = rng.normal(size=(6, 3)), rng.uniform(0.1, 1, (6, 3)), rng.uniform(0.1, 1, (6, 3))
