@@ -326,3 +326,23 @@ def test_the_held_out_cluster_is_never_trained_on():
                                     defaults.make_pipeline(LogisticRegression()).fit(X, y),
                                     X, y, X, seed=0)
     assert set(got) == {"linear"} and got["linear"]["corrupt_nll"] > 0
+
+
+def test_a_mixture_prediction_is_scored_by_its_own_density_and_interval():
+    from scipy import stats
+
+    from sklaplace.distributions import NormalMixturePrediction
+
+    rng = np.random.RandomState(0)
+    y = rng.normal(size=20)
+    mu, sd = rng.normal(size=(20, 2)), rng.uniform(0.5, 2, (20, 2))
+    dist = NormalMixturePrediction(mu, sd**2, np.zeros_like(mu), [0.3, 0.7])
+    scores = defaults.score("regression", y, defaults.WithDensity(dist.mean, dist.std, dist))
+    nll = -np.mean(np.log(stats.norm.pdf(y[:, None], mu, sd) @ [0.3, 0.7]))
+    assert np.isclose(scores["nll"], nll, rtol=1e-12)
+    low, high = dist.interval(0.9)
+    assert scores["coverage90"] == np.mean((low <= y) & (y <= high))
+    one = NormalMixturePrediction(mu[:, :1], sd[:, :1] ** 2, np.zeros((20, 1)), [1.0])
+    gaussian = defaults.score("regression", y, (one.mean, one.std))
+    assert np.isclose(defaults.score("regression", y, defaults.WithDensity(
+        one.mean, one.std, one))["nll"], gaussian["nll"], rtol=1e-12)
