@@ -127,6 +127,7 @@ class MAPLoss(nn.Module):
 
     def data_nll(self, y_pred, y_true):
         f = y_pred.reshape(y_pred.shape[0], -1)
+        self.n_outputs_ = f.shape[1]  # read by the convergence rule (its log σ terms)
         if self.sample_weight:
             y_true, weight = self.likelihood.split_weight(y_true)
         nll = self.likelihood.noisy_nll(f, y_true, self.sigma_noise)
