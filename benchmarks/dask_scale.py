@@ -46,7 +46,7 @@ def _timed(fn):
 
 def _rounds(fit):
     """(seconds, objective evaluations) of ``fit()``, counting the MAP's reductions."""
-    from sklaplace import _dask_train
+    from sklaplace.estimators import _dask_train
 
     count = [0]
     original = _dask_train._delayed_loss

@@ -32,7 +32,7 @@ import numpy as np
 from sklearn.base import clone
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
-from sklaplace import _selection
+from sklaplace.estimators import _selection
 from .defaults import (DATASETS, load_dataset, make_estimators, make_pipeline, map_predict,
                        name_seed, predict, score, split_indices, subsample, task_of)
 
@@ -55,7 +55,7 @@ VARIANTS = {
 
 @contextlib.contextmanager
 def switches(values):
-    """Set module attributes of :mod:`sklaplace._selection` for the duration."""
+    """Set module attributes of :mod:`sklaplace.estimators._selection` for the duration."""
     old = {k: getattr(_selection, k) for k in values}
     try:
         for k, v in values.items():

@@ -2,7 +2,7 @@
 
 Times two workloads with torch's default intra-op threads (all cores; the policy
 switched off with ``SKLAPLACE_NUM_THREADS=<cores>``) and with sklaplace's thread
-policy (see ``sklaplace/_threads.py``), on the machine as it is ("idle") and beside
+policy (see ``sklaplace/estimators/_threads.py``), on the machine as it is ("idle") and beside
 one CPU-bound neighbour process (``python -c "while True: pass"``, killed after):
 
 - the default fit on breast cancer (426 training rows, the 30-50-1 MLP),

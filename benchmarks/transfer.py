@@ -13,7 +13,7 @@ split this reports, for each way of making the final net (``--variants``):
 
 Variants: ``warm`` (the default: the refit continues the selection pass's net on all
 rows at the held-out δ of one fold), ``pooled`` (δ pooled over up to two more folds
-where one holds under 500 rows, :mod:`sklaplace._crossfit`),
+where one holds under 500 rows, :mod:`sklaplace.estimators._crossfit`),
 ``cold`` (the refit trains afresh from the same initialization on all rows),
 ``kept`` (no refit: the selection pass's net and LA, trained on 80 % of the rows),
 ``one-fold`` (δ from the one held-out fold), ``two-extra`` (pooled over at most two

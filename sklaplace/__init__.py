@@ -1,8 +1,7 @@
 """sklaplace: Laplace approximations for neural networks as scikit-learn estimators."""
 
 from .distributions import DirichletPrediction, LogitGaussianPrediction, NormalPrediction
-from .classifier import LaplaceClassifier
-from .regressor import LaplaceRegressor
+from .estimators import LaplaceClassifier, LaplaceRegressor
 from .posterior import WeightPosterior
 from ._pipeline import predict_dist
 from ._aliases import install as _install_aliases

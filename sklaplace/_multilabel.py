@@ -227,7 +227,7 @@ class MultilabelPrediction(_RowsMixin):
 def multilabel_targets(estimator, X, y, sample_weight):
     """(X, y as a float64 (n, L) indicator, sample_weight) of a multilabel ``fit``, rows of
     zero weight dropped; refuses what has no multilabel meaning (``class_weight``)."""
-    from ._validation import check_fit_weight, validate_numeric, without_zero_weights
+    from .estimators._validation import check_fit_weight, validate_numeric, without_zero_weights
 
     X, y = validate_numeric(estimator, X, y, multi_output=True,
                             dtype=[np.float64, np.float32])

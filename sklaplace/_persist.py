@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._fitting import _build_posterior
+from .estimators._fitting import _build_posterior
 from ._laplace import likelihoods
 from ._laplace.continual import TaskEvidence
 from ._laplace.evidence import Evidence
@@ -119,8 +119,9 @@ _NAMES = {spec.cls: name for name, spec in TYPES.items()}
 
 #: Functions a saved ``functools.partial`` may call (the evidence's curvature at a
 #: per-output σ), by the name written in the file.
-FUNCTIONS = {"sklaplace._fitting._build_posterior": _build_posterior}
+FUNCTIONS = {"sklaplace.estimators._fitting._build_posterior": _build_posterior}
 _FUNCTION_NAMES = {f: name for name, f in FUNCTIONS.items()}
+FUNCTIONS["sklaplace._fitting._build_posterior"] = _build_posterior  # its path before a move
 
 _ARRAY_KINDS = "biuf"  # numeric and boolean dtypes: nothing .npy would pickle
 

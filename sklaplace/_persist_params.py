@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._aliases import MOVED
 from ._persist import Reader, Writer
 
 _ALLOWED = ("torch.nn", "torch.optim", "torch.utils.data", "skorch", "sklaplace")
@@ -21,8 +22,8 @@ _NET_ATTRIBUTES = ("sklaplace_target_scaling_", "classes_inferred_")
 
 
 def _estimators():
-    from .classifier import LaplaceClassifier
-    from .regressor import LaplaceRegressor
+    from .estimators.classifier import LaplaceClassifier
+    from .estimators.regressor import LaplaceRegressor
 
     return {"LaplaceClassifier": LaplaceClassifier, "LaplaceRegressor": LaplaceRegressor}
 
@@ -34,6 +35,7 @@ def _allowed(module):
 def _resolve_class(name):
     """The class of a ``module:qualname`` name in the allowlisted packages, else None."""
     module, _, qualname = name.partition(":")
+    module = MOVED.get(module, module)  # a file written before a module moved
     if not _allowed(module) or "<" in qualname:
         return None
     try:

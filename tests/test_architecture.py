@@ -173,7 +173,7 @@ def test_a_refit_replaces_the_fitted_object_and_keeps_none_of_the_earlier_fit():
 
 def test_public_estimator_methods_do_not_reach_into_the_core_privately():
     """The estimator modules read the fitted LA through its public fields and methods."""
-    for module in (sklaplace.classifier, sklaplace.regressor, sklaplace._base):
+    for module in (sklaplace.estimators.classifier, sklaplace.estimators.regressor, sklaplace.estimators._base):
         source = inspect.getsource(module)
         assert "laplace_._" not in source
 

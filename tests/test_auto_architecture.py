@@ -12,7 +12,7 @@ from sklearn.model_selection import GridSearchCV
 from torch import nn
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor, _crossfit
-from sklaplace._selection import AUTO_CANDIDATES, candidates, n_weights
+from sklaplace.estimators._selection import AUTO_CANDIDATES, candidates, n_weights
 from sklaplace.nets import MLP
 
 FAST = dict(max_epochs=40, lr=0.03, random_state=0)

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
-from sklaplace._classifier_predictive import Link
+from sklaplace.estimators._classifier_predictive import Link
 from sklaplace._laplace import fitted as _fitted
 
 CONFIGS = [("all", "kron"), ("all", "diag"), ("all", "full"), ("last_layer", "full"),

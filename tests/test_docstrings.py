@@ -22,7 +22,7 @@ from sklearn.utils._testing import assert_docstring_consistency
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
 
-PUBLIC_MODULES = ["sklaplace", "sklaplace.classifier", "sklaplace.regressor",
+PUBLIC_MODULES = ["sklaplace", "sklaplace.estimators.classifier", "sklaplace.estimators.regressor",
                   "sklaplace.distributions", "sklaplace.metrics", "sklaplace.ood",
                   "sklaplace.plotting", "sklaplace.posterior",
                   "sklaplace.io"]  # sklaplace.nets: a torch Module
@@ -106,12 +106,12 @@ def _errors(obj):
 
 def test_the_public_surface_is_covered():
     expected = {
-        "sklaplace.classifier.LaplaceClassifier.fit",
-        "sklaplace.classifier.LaplaceClassifier.partial_fit",
-        "sklaplace.classifier.LaplaceClassifier.predict_proba",
-        "sklaplace.classifier.LaplaceClassifier.score",
-        "sklaplace.regressor.LaplaceRegressor.predict_dist",
-        "sklaplace.regressor.LaplaceRegressor.log_evidence",
+        "sklaplace.estimators.classifier.LaplaceClassifier.fit",
+        "sklaplace.estimators.classifier.LaplaceClassifier.partial_fit",
+        "sklaplace.estimators.classifier.LaplaceClassifier.predict_proba",
+        "sklaplace.estimators.classifier.LaplaceClassifier.score",
+        "sklaplace.estimators.regressor.LaplaceRegressor.predict_dist",
+        "sklaplace.estimators.regressor.LaplaceRegressor.log_evidence",
         "sklaplace.distributions.NormalPrediction.std",
         "sklaplace.distributions.probit_proba",
         "sklaplace.metrics.evidence_scorer",

@@ -81,7 +81,7 @@ def test_cv_tuning_with_gp_scores_the_gp_predictive(monkeypatch):
     structure's: equal to fitting the GP at each δ by hand. (Scored the structure's before.)"""
     import warnings
 
-    from sklaplace import _base
+    from sklaplace.estimators import _base
     from sklaplace._laplace.holdout import LOG10_PRIOR_GRID, one_standard_error_choice
 
     X, y, _ = _data(n=80)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sklaplace import LaplaceRegressor
-from sklaplace import _warmup as warmup
+from sklaplace.estimators import _warmup as warmup
 from sklaplace.nets import MLP
 
 FIT = dict(hidden_layer_sizes=(20,), max_epochs=100, random_state=0)

@@ -377,3 +377,27 @@ def test_round_trip_of_a_fit_on_dask_collections(tmp_path):
         est = _fit(LaplaceRegressor(**SMALL, solver="lbfgs"), da.from_array(X, chunks=60),
                    da.from_array(y, chunks=60))
     _assert_same_predictions(est, _round_trip(est, tmp_path), X)
+
+
+def test_a_file_written_before_the_estimators_moved_into_their_package_loads():
+    """tests/data/flat_layout.skl was saved when the fit pipeline lived at
+    ``sklaplace._fitting`` (its per-output σ evidence keeps a partial of
+    ``sklaplace._fitting._build_posterior``); it loads and predicts as when it was saved:
+    ``LaplaceRegressor(hidden_layer_sizes=(3,), max_epochs=3, sigma_noise=[1.0, 1.0],
+    random_state=0)`` on the first 30 rows of ``RandomState(0).randn(30, 2)``."""
+    import pathlib
+
+    path = pathlib.Path(__file__).parent / "data" / "flat_layout.skl"
+    assert b"sklaplace._fitting._build_posterior" in zipfile.ZipFile(path).read("sklaplace.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = skio.load(path)
+    X = np.random.RandomState(0).randn(30, 2)
+    mean, std = est.predict(X[:2], return_std=True)
+    np.testing.assert_allclose(mean, [[0.07405975, 0.53896074], [0.16934244, 0.48121213]],
+                               rtol=1e-5)
+    np.testing.assert_allclose(std, [[1.20857803, 1.19142071], [1.2485194, 1.21198303]],
+                               rtol=1e-5)
+    # the saved evidence rebuilds the curvature at another per-output σ through the partial
+    assert np.isfinite(est.log_evidence(sigma_noise=[0.5, 2.0]))
+    np.testing.assert_allclose(est.log_evidence_, -98.67967310718889, rtol=1e-6)

@@ -13,8 +13,8 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.utils._param_validation import InvalidParameterError
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor, io
-from sklaplace._validation import partial_fit_available
-from sklaplace._averaging import NEGLIGIBLE, evidence_weights, stacking_weights
+from sklaplace.estimators._validation import partial_fit_available
+from sklaplace.estimators._averaging import NEGLIGIBLE, evidence_weights, stacking_weights
 from sklaplace.distributions import NormalPrediction
 from sklaplace.distributions._mixture import (CategoricalMixturePrediction,
                                               NormalMixturePrediction)

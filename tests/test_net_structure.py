@@ -206,7 +206,7 @@ def test_kron_refuses_reused_weights(module, curvature):
 def test_auto_structure_does_not_pick_kron_for_a_net_it_cannot_read(module, monkeypatch):
     # beyond the full budget "auto" took Kronecker factors for any net of nn.Linear
     # layers, and the fit then raised
-    import sklaplace._policy as base
+    import sklaplace._laplace.policy as base
 
     monkeypatch.setattr(base, "AUTO_FULL_SECONDS", 0.0)
     X, y = _data()
@@ -229,7 +229,7 @@ def test_last_layer_refuses_heads_it_cannot_read_and_auto_takes_all_weights(
     # an in-place temperature passed the output check (the hook's tensor was divided too):
     # logit variances 2.1 where they are 8.1; a head weight read by the body was missed;
     # a weight-normed head raised "'head.weight' is not in list"
-    import sklaplace._policy as base
+    import sklaplace._laplace.policy as base
 
     X, y = _data()
     net = _trained(module, X, y)

@@ -1,4 +1,4 @@
-"""sklaplace._validation: every parameter rule checked in one pass, one error for all.
+"""sklaplace.estimators._validation: every parameter rule checked in one pass, one error for all.
 
 A single problem gives the message ``fit`` gave before the rules were gathered (the
 messages below are copied from it); several give one ValueError listing each. Only
@@ -20,7 +20,7 @@ from torch import nn
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
 from sklaplace._laplace.nets import MLP
-from sklaplace._validation import (CLASSIFIER_CONSTRAINTS, REGRESSOR_CONSTRAINTS, check_params,
+from sklaplace.estimators._validation import (CLASSIFIER_CONSTRAINTS, REGRESSOR_CONSTRAINTS, check_params,
                                    check_positive, check_seed, parameter_problems,
                                    partial_fit_available, positive_array)
 

@@ -417,7 +417,7 @@ def test_pickling_between_calls_changes_nothing():
 def test_a_failed_call_leaves_the_estimator_as_it_was(monkeypatch):
     """A call that raised after training (here in the Laplace fit) left net_ trained on
     the failed task, out of step with the posterior: the next call started from it."""
-    from sklaplace import _continual
+    from sklaplace.estimators import _continual
 
     X, y = _blobs(n=90)
     est = LaplaceClassifier(hessian_structure="kron", **SMALL)

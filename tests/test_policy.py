@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sklaplace import _policy as policy
+from sklaplace._laplace import policy
 
 
 @pytest.mark.parametrize("n_rows, prior_structure, frozen, refine, expected", [

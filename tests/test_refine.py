@@ -546,7 +546,7 @@ def test_cv_tuning_with_refine_scores_the_refined_predictive(method, pred_type, 
     (logistic regression, a frozen net)."""
     import warnings
 
-    from sklaplace import _base
+    from sklaplace.estimators import _base
     from sklaplace._laplace.holdout import one_standard_error_choice
 
     X, y = _data(n=60)
@@ -578,7 +578,7 @@ def test_cv_tuning_with_refine_scores_the_refined_predictive(method, pred_type, 
 def test_refine_with_auto_structure_beyond_the_full_budget_takes_the_diagonal(
         Estimator, tuning, monkeypatch):
     # "auto" chose Kronecker factors there, which refine refused after training
-    from sklaplace import _policy
+    from sklaplace._laplace import policy as _policy
 
     monkeypatch.setattr(_policy, "AUTO_FULL_SECONDS", 0.0)
     X, y = _data(n=60)

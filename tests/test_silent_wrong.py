@@ -257,7 +257,7 @@ def test_cuda_device_without_cuda_is_named():
 
 # ------------------------------------------------------------ 9. long fits
 def test_full_structure_time_estimate_warns(monkeypatch):
-    import sklaplace._policy as base
+    import sklaplace._laplace.policy as base
 
     monkeypatch.setattr(base, "TIME_BUDGET_SECONDS", 1e-9)
     rng = np.random.RandomState(0)
@@ -267,7 +267,7 @@ def test_full_structure_time_estimate_warns(monkeypatch):
 
 
 def test_full_structure_seconds_counts_the_flops():
-    from sklaplace._policy import ASSUMED_FLOPS, full_structure_seconds
+    from sklaplace._laplace.policy import ASSUMED_FLOPS, full_structure_seconds
 
     # P = 14.4k weights, N·C = 15k: the decomposition dominates.
     assert full_structure_seconds(15_000, 1, 14_400) * ASSUMED_FLOPS == pytest.approx(
@@ -276,7 +276,7 @@ def test_full_structure_seconds_counts_the_flops():
 
 
 def base_budget():
-    from sklaplace._policy import TIME_BUDGET_SECONDS
+    from sklaplace._laplace.policy import TIME_BUDGET_SECONDS
 
     return TIME_BUDGET_SECONDS
 
@@ -404,7 +404,7 @@ def test_frozen_regressor_predicts_in_the_units_it_was_trained_on():
 
 def test_online_default_on_a_batchnorm_net_beyond_the_full_budget(monkeypatch):
     # "auto" online structure: kron needs nn.Linear layers only; a BatchNorm net gets diag
-    import sklaplace._policy as base
+    import sklaplace._laplace.policy as base
 
     monkeypatch.setattr(base, "AUTO_FULL_SECONDS", 0.0)
     rng = np.random.RandomState(0)
@@ -432,7 +432,7 @@ def test_all_weights_auto_structure_beyond_the_full_budget(monkeypatch, tuning):
     """subset_of_weights="all", hessian_structure="auto": online tuned δ on Kronecker
     factors (the full GGN was over budget) and the final LA then took the full GGN
     anyway; post hoc, "all" + "auto" took the full GGN at any cost."""
-    import sklaplace._policy as base
+    import sklaplace._laplace.policy as base
 
     monkeypatch.setattr(base, "AUTO_FULL_SECONDS", 0.0)
     X, y = _linear_data(1.0)
@@ -452,7 +452,7 @@ def test_all_weights_auto_structure_beyond_the_full_budget(monkeypatch, tuning):
 def test_auto_structure_with_a_prior_kron_cannot_hold_takes_the_diagonal(
         monkeypatch, tuning, prior):
     # "auto" chose Kronecker factors beyond the full budget, and the fit then raised
-    import sklaplace._policy as base
+    import sklaplace._laplace.policy as base
 
     monkeypatch.setattr(base, "AUTO_FULL_SECONDS", 0.0)
     X, y = _linear_data(1.0)

@@ -217,7 +217,7 @@ def test_small_nets_fit_and_predict_with_one_torch_thread(iris, monkeypatch):
     def fit_and_predict():
         est = _recording_estimator(seen).fit(*iris)
         in_predict = []
-        from sklaplace import _base  # the shell validates X where prediction starts
+        from sklaplace.estimators import _base  # the shell validates X where prediction starts
 
         real = _base.validate_predict_X
         monkeypatch.setattr(_base, "validate_predict_X", lambda e, X: (

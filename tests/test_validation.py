@@ -26,7 +26,7 @@ from torch import nn
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
 from sklaplace._laplace import nets
-from sklaplace._validation import validate_predict_X
+from sklaplace.estimators._validation import validate_predict_X
 from sklaplace._laplace.nets import MLP
 
 FAST = dict(hidden_layer_sizes=(5,), max_epochs=5, random_state=0)

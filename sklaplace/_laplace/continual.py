@@ -30,7 +30,7 @@ N(θ*_{t−1}, Λ_{t−1}⁻¹) with Λ_{t−1} = s·H_{<t} + D:
   diagonal and Kronecker priors approximate Λ_{t−1}: the next MAP moves).
 
 The calls themselves (training from θ*_{t−1}, storing the fit) are orchestrated by
-``sklaplace._continual``; this module is their maths.
+``sklaplace.estimators._continual``; this module is their maths.
 
 Supported: all weights with the full, diagonal or Kronecker structure (not the
 last layer, a subnetwork or the low-rank structure: the curvature of weights

@@ -1,6 +1,6 @@
 """Threads and random numbers of concurrent fits: what one fit may change in the process.
 
-The estimators decorate their methods with ``sklaplace._threads.thread_policy``, which
+The estimators decorate their methods with ``sklaplace.estimators._threads.thread_policy``, which
 estimates a call's work and runs it under :func:`torch_threads`; everything else lives
 here, where the numerical core can use it.
 

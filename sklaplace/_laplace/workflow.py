@@ -1,5 +1,5 @@
 """The workflows around the core: interrupts, torch's grad modes, pickles
-across devices (the architecture of later ``partial_fit`` calls: ``sklaplace._continual``).
+across devices (the architecture of later ``partial_fit`` calls: ``sklaplace.estimators._continual``).
 
 - :func:`torch_entry_point` decorates the public methods: the library needs autograd
   (evidence maximisation, Jacobians, training), so each runs with gradients enabled

@@ -5,13 +5,13 @@ from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils.multiclass import is_multilabel
 
-from . import _policy as policy
+from .._laplace import policy
 from ._base import BaseLaplace, keeps_state_on_failure
 from ._classifier_predictive import ClassifierPredictive
 from ._continual import ClassifierPartialFit
 from ._labels import encoded_targets
-from ._laplace.workflow import torch_entry_point
-from ._multilabel import multilabel_likelihood, multilabel_targets
+from .._laplace.workflow import torch_entry_point
+from .._multilabel import multilabel_likelihood, multilabel_targets
 from ._threads import thread_policy
 from ._validation import CLASSIFIER_CONSTRAINTS
 

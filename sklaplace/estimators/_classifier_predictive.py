@@ -14,12 +14,12 @@ import torch
 from sklearn.utils.validation import check_is_fitted
 
 from . import _averaging as averaging
-from ._laplace.fitted import by_rows, generator
+from .._laplace.fitted import by_rows, generator
 from ._dask import lazy_on_dask, refuse_dask
-from ._laplace.workflow import torch_entry_point
+from .._laplace.workflow import torch_entry_point
 from ._threads import thread_policy
-from ._multilabel import MultilabelPrediction, multilabel_nll, multilabel_probit_proba
-from .distributions import LogitGaussianPrediction, binary_probit_proba, probit_link
+from .._multilabel import MultilabelPrediction, multilabel_nll, multilabel_probit_proba
+from ..distributions import LogitGaussianPrediction, binary_probit_proba, probit_link
 
 
 def _label_nll(proba, y):

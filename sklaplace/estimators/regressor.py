@@ -4,11 +4,11 @@ import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.frozen import FrozenEstimator
 
-from . import _policy as policy
+from .._laplace import policy
 from ._base import BaseLaplace, keeps_state_on_failure
 from ._continual import RegressorPartialFit
-from ._laplace.hyperparameters import TargetScale
-from ._laplace.workflow import torch_entry_point
+from .._laplace.hyperparameters import TargetScale
+from .._laplace.workflow import torch_entry_point
 from ._regressor_noise import RegressorNoise
 from ._regressor_predictive import RegressorPredictive
 from ._threads import thread_policy

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_memory
 
-from ._laplace import likelihoods, nets
-from ._laplace.online import OnlineEvidence
-from ._laplace.subsets import _to_module
+from .._laplace import likelihoods, nets
+from .._laplace.online import OnlineEvidence
+from .._laplace.subsets import _to_module
 
 WARM_UP = True
 

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from sklearn.model_selection import KFold, StratifiedKFold
 
-from ._laplace.holdout import one_standard_error_choice, warn_at_grid_bound
-from ._laplace.hyperparameters import Hyperparameters
-from ._laplace.tuning import grid_losses
+from .._laplace.holdout import one_standard_error_choice, warn_at_grid_bound
+from .._laplace.hyperparameters import Hyperparameters
+from .._laplace.tuning import grid_losses
 
 #: Held-out rows the pooled choice of δ wants: folds are added until this many. 0 (the
 #: default): one held-out fold. 500 was measured (docs/defaults.md): better test NLL on four

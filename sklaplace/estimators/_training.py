@@ -24,14 +24,15 @@ from sklearn.base import clone
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils.validation import check_memory
 
-from . import _policy as policy, _warmup as warmup
-from ._laplace import nets, progress
-from ._laplace.convergence import training_curve
-from ._laplace.hyperparameters import Hyperparameters, weighted_spread
-from ._laplace.online import OnlineEvidence
-from ._laplace.prior import tensor_sizes
-from ._laplace.subsets import AllWeights, _to_module
-from ._laplace.threads import seeded
+from .._laplace import policy
+from . import _warmup as warmup
+from .._laplace import nets, progress
+from .._laplace.convergence import training_curve
+from .._laplace.hyperparameters import Hyperparameters, weighted_spread
+from .._laplace.online import OnlineEvidence
+from .._laplace.prior import tensor_sizes
+from .._laplace.subsets import AllWeights, _to_module
+from .._laplace.threads import seeded
 
 
 def settings_of(estimator):

@@ -12,7 +12,7 @@ import inspect
 
 import torch
 
-from ._laplace.threads import torch_threads
+from .._laplace.threads import torch_threads
 
 
 def _n_weights(estimator, X):

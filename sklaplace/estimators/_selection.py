@@ -28,9 +28,9 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from . import _averaging as averaging_
-from ._laplace import tuning as tuners
-from ._laplace.holdout import validation_split
-from ._policy import MIN_HELD_OUT_ROWS
+from .._laplace import tuning as tuners
+from .._laplace.holdout import validation_split
+from .._laplace.policy import MIN_HELD_OUT_ROWS
 
 #: Train the chosen candidate on, warm, on all rows at the held-out δ (as one
 #: architecture's "cv" refit); False keeps the selection pass's fit (measured worse).

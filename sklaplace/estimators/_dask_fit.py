@@ -19,18 +19,18 @@ import numpy as np
 import torch
 from sklearn.frozen import FrozenEstimator
 
-from . import _policy as policy
+from .._laplace import policy
 from ._dask import compute, row_parts, share, tree_reduce
 from ._fitting import resolve_subset
-from ._laplace import likelihoods, nets
-from ._laplace import partial as parts
-from ._laplace import tuning as tuners
-from ._laplace.convergence import training_curve
-from ._laplace.curvature import default_lowrank_rank
-from ._laplace.fitted import FittedLaplace
-from ._laplace.hyperparameters import Hyperparameters, TargetScale, trained_scaling
-from ._laplace.outside import RangeKernel, variance_of_rows
-from ._laplace.prior import tensor_sizes
+from .._laplace import likelihoods, nets
+from .._laplace import partial as parts
+from .._laplace import tuning as tuners
+from .._laplace.convergence import training_curve
+from .._laplace.curvature import default_lowrank_rank
+from .._laplace.fitted import FittedLaplace
+from .._laplace.hyperparameters import Hyperparameters, TargetScale, trained_scaling
+from .._laplace.outside import RangeKernel, variance_of_rows
+from .._laplace.prior import tensor_sizes
 from ._training import output_width, prepare_net, settings_of
 from ._validation import check_params, check_seed
 

@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from ._laplace.prior import constant_per_tensor
+from .prior import constant_per_tensor
 
 AUTO_FULL_MAX_PARAMS = 5000
 AUTO_LAST_LAYER_FULL_MAX = 2000

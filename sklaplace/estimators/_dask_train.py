@@ -20,11 +20,11 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ._dask import compute, row_parts, share, tree_reduce
 from ._dask_fit import _as_rows, _targets, check_dask_parameters, first_pass, fit_frozen
-from ._laplace import likelihoods, nets
-from ._laplace.convergence import Converged, Convergence
-from ._laplace.hyperparameters import Hyperparameters
-from ._laplace.prior import tensor_sizes
-from ._laplace.threads import seeded
+from .._laplace import likelihoods, nets
+from .._laplace.convergence import Converged, Convergence
+from .._laplace.hyperparameters import Hyperparameters
+from .._laplace.prior import tensor_sizes
+from .._laplace.threads import seeded
 from ._training import settings_of
 from ._validation import check_params, check_seed
 

@@ -23,7 +23,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
-from ._laplace import nets
+from .._laplace import nets
 from ._averaging import partial_fit_reasons, problems as averaging_problems
 from ._selection import size_problems
 

@@ -18,15 +18,15 @@ from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets, is_multilabel
 
-from . import _policy as policy
+from .._laplace import policy
 from ._fitting import fit_laplace
-from ._laplace import nets
-from ._laplace.continual import STRUCTURES, Task, TaskPrior
-from ._laplace.convergence import training_curve
-from ._laplace.hyperparameters import Hyperparameters
-from ._laplace.prior import tensor_sizes
+from .._laplace import nets
+from .._laplace.continual import STRUCTURES, Task, TaskPrior
+from .._laplace.convergence import training_curve
+from .._laplace.hyperparameters import Hyperparameters
+from .._laplace.prior import tensor_sizes
 from ._base import keeps_state_on_failure
-from ._laplace.workflow import torch_entry_point
+from .._laplace.workflow import torch_entry_point
 from ._threads import thread_policy
 from ._selection import candidates
 from ._training import prepare_net, settings_of

@@ -19,7 +19,7 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import softmax
 
-from .distributions._mixture import CategoricalMixturePrediction, NormalMixturePrediction
+from ..distributions._mixture import CategoricalMixturePrediction, NormalMixturePrediction
 
 #: Stacking weights below this are set to 0 (that candidate is not refit) and the rest
 #: renormalized.

@@ -28,14 +28,14 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from . import _averaging as averaging
-from . import _policy as policy
+from .._laplace import policy
 from ._dask import is_dask
 from . import _crossfit as crossfit
 from . import _selection as selection
 from ._fitting import fit_laplace
-from ._laplace import likelihoods, tuning, workflow
-from ._laplace.hyperparameters import Hyperparameters
-from ._laplace.holdout import validation_split
+from .._laplace import likelihoods, tuning, workflow
+from .._laplace.hyperparameters import Hyperparameters
+from .._laplace.holdout import validation_split
 from ._training import online_callbacks, output_width, param_sizes, prepare_net, settings_of
 from ._training import train
 from ._validation import (PARAMETER_CONSTRAINTS, check_params, check_positive, check_seed,
@@ -360,7 +360,7 @@ class BaseLaplace(BaseEstimator):
         """
         check_is_fitted(self)
         averaging.refuse(self, "posterior_")
-        from .posterior import WeightPosterior
+        from ..posterior import WeightPosterior
 
         return WeightPosterior(self)
 

@@ -19,10 +19,10 @@ import torch
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from .distributions._joint import model_joint
-from ._laplace import natural, nets
-from ._laplace.fitted import generator
-from ._laplace.hyperparameters import TARGET_SCALING
+from ..distributions._joint import model_joint
+from .._laplace import natural, nets
+from .._laplace.fitted import generator
+from .._laplace.hyperparameters import TARGET_SCALING
 from ._validation import check_positive, check_seed
 
 HETERO = "heteroscedastic"

@@ -23,20 +23,20 @@ import numpy as np
 import torch
 from sklearn.frozen import FrozenEstimator
 
-from . import _policy as policy
-from ._laplace import nets, progress
-from ._laplace import tuning as tuners
-from ._laplace.continual import task_evidence
-from ._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobian_bytes,
+from .._laplace import policy
+from .._laplace import nets, progress
+from .._laplace import tuning as tuners
+from .._laplace.continual import task_evidence
+from .._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobian_bytes,
                                  memory_budget, progress_to)
-from ._laplace.evidence import Evidence, curvature_scale
-from ._laplace.fitted import FittedLaplace
-from ._laplace.hyperparameters import Hyperparameters
-from ._laplace.outside import RangeKernel, choose_variance
-from ._laplace.prior import tensor_sizes
-from ._laplace.refine import refine_posterior
-from ._laplace.refined_evidence import refine_and_tune
-from ._laplace.subsets import AllWeights, LastLayer, Subnetwork
+from .._laplace.evidence import Evidence, curvature_scale
+from .._laplace.fitted import FittedLaplace
+from .._laplace.hyperparameters import Hyperparameters
+from .._laplace.outside import RangeKernel, choose_variance
+from .._laplace.prior import tensor_sizes
+from .._laplace.refine import refine_posterior
+from .._laplace.refined_evidence import refine_and_tune
+from .._laplace.subsets import AllWeights, LastLayer, Subnetwork
 from ._training import all_linear, online_callback, online_result
 
 

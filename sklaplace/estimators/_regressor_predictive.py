@@ -13,12 +13,12 @@ import torch
 from sklearn.utils.validation import check_is_fitted
 
 from . import _averaging as averaging
-from .distributions._joint import joint_moments, per_output_cov, sample_joint
+from ..distributions._joint import joint_moments, per_output_cov, sample_joint
 from ._dask import lazy_on_dask, refuse_dask
-from ._laplace.workflow import torch_entry_point
+from .._laplace.workflow import torch_entry_point
 from ._threads import thread_policy
 from ._validation import check_positive, positive_array
-from .distributions import NormalPrediction
+from ..distributions import NormalPrediction
 
 
 class RegressorPredictive:
