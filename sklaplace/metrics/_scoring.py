@@ -47,6 +47,12 @@ def neg_gaussian_nll_scorer(estimator, X, y, sample_weight=None):
     -------
     score : float
         ``-gaussian_nll(y, mean, std)``; higher is better.
+
+    Notes
+    -----
+    For ``LaplaceRegressor(model_averaging=True)``, whose predictive is a mixture of
+    Gaussians, this is the NLL of the Gaussian with the mixture's mean and total std, not
+    of the mixture itself, whose NLL is ``-predict_dist(X).logpdf(y).mean()``.
     """
     mean, std = _mean_std(estimator, X)
     return -gaussian_nll(y, mean, std, sample_weight=sample_weight)
