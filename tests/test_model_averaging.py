@@ -277,3 +277,16 @@ def test_clone_and_grid_search_over_model_averaging():
     again = quiet_fit(clone(est), X, y)
     quiet_fit(again.set_params(model_averaging=False), X, y)
     assert not hasattr(again, "model_weights_") and not hasattr(again, "estimators_")
+
+
+def test_mixture_refuses_targets_that_would_broadcast_past_its_shape():
+    from sklaplace.distributions import NormalMixturePrediction
+
+    dist = NormalMixturePrediction(np.zeros((5, 2)), np.ones((5, 2)), np.ones((5, 2)),
+                                   np.array([0.5, 0.5]))
+    assert dist.logpdf(np.zeros(5)).shape == (5,)
+    for method in (dist.logpdf, dist.cdf):
+        with pytest.raises(ValueError, match=r"y of shape \(5, 1\) does not broadcast"):
+            method(np.zeros((5, 1)))
+    with pytest.raises(ValueError, match=r"q of shape \(3,\) does not broadcast"):
+        dist.ppf(np.full(3, 0.5))

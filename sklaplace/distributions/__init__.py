@@ -20,7 +20,7 @@ from ._links import (_psd_sqrt, _sample_logits, binary_probit_proba, bridge_alph
                      centered_logit_var, mc_proba, mean_field_proba, probit_link, probit_proba)
 from .._multilabel import MultilabelPrediction, multilabel_probit_proba
 from ._mixture import CategoricalMixturePrediction, NormalMixturePrediction
-from ._scipy_like import _NormalScipyMixin, _RowsMixin
+from ._scipy_like import _broadcast_checked, _NormalScipyMixin, _RowsMixin
 
 __all__ = [
     "probit_proba",
@@ -102,16 +102,7 @@ class NormalPrediction(_NormalScipyMixin, _RowsMixin):
     def _like_mean(self, values, name):
         """``values`` as an array that broadcasts to ``mean``'s shape without growing it
         (a (n, 1) column against (n,) means would silently give an (n, n) result)."""
-        values = np.asarray(values, dtype=np.float64)
-        try:
-            shape = np.broadcast_shapes(values.shape, self.mean.shape)
-        except ValueError:
-            shape = None
-        if shape != self.mean.shape:
-            raise ValueError(
-                f"{name} of shape {values.shape} does not broadcast to the predictive's shape "
-                f"{self.mean.shape}.")
-        return values
+        return _broadcast_checked(values, self.mean.shape, name)
 
     def interval(self, confidence=0.95):
         """Central predictive interval.

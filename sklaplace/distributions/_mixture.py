@@ -16,7 +16,7 @@ from scipy.special import entr, logsumexp
 from sklearn.utils import check_random_state
 
 from .._checks import _check_confidence, _check_n_samples
-from ._scipy_like import _RowsMixin
+from ._scipy_like import _broadcast_checked, _RowsMixin
 
 #: Bisection steps of :meth:`NormalMixturePrediction.ppf`: the bracket's width / 2**100.
 _BISECTIONS = 100
@@ -100,16 +100,8 @@ class NormalMixturePrediction(_RowsMixin):
         return np.sqrt(self.component_epistemic_var + self.component_aleatoric_var)
 
     def _y(self, y, name="y"):
-        y = np.asarray(y, dtype=np.float64)
         shape = self.component_mean.shape[:-1]
-        try:
-            ok = np.broadcast_shapes(y.shape, shape) == shape
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(f"{name} of shape {y.shape} does not broadcast to the predictive's "
-                             f"shape {shape}.")
-        return np.broadcast_to(y, shape)[..., None]
+        return np.broadcast_to(_broadcast_checked(y, shape, name), shape)[..., None]
 
     def logpdf(self, y):
         """Log density of the mixture at ``y`` (broadcast against ``mean``).

@@ -79,6 +79,21 @@ class _RowsMixin:
         )
 
 
+
+def _broadcast_checked(values, shape, name):
+    """``values`` (float64) if they broadcast to ``shape`` without growing it, else a
+    ``ValueError`` naming them (a (n, 1) column against (n,) means would silently give an
+    (n, n) result)."""
+    values = np.asarray(values, dtype=np.float64)
+    try:
+        ok = np.broadcast_shapes(values.shape, shape) == tuple(shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {values.shape} does not broadcast to the "
+                         f"predictive's shape {tuple(shape)}.")
+    return values
+
 class _NormalScipyMixin:
     """The methods of a frozen ``scipy.stats.norm(loc=mean, scale=std)``.
 
