@@ -55,6 +55,7 @@ Example::
 """
 
 import json
+import os
 import time
 import warnings
 import zlib
@@ -603,15 +604,22 @@ def _warm_up():
     LaplaceRegressor(max_epochs=1).fit(X, X[:, 1])
 
 
+def _save_json(path, records, warned, header):
+    """The records of ``--json``, written whole or not at all (a temporary file renamed)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"records": records, "warnings": [[*k, n] for k, n in warned.items()],
+                   "header": header}, fh)
+    os.replace(tmp, path)
+
+
 def _write(args, text, records, warned, header, datasets):
     print(text)
     if args.out:
         with open(args.out, "w") as fh:
             fh.write(text)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"records": records, "warnings": [[*k, n] for k, n in warned.items()],
-                       "header": header}, fh)
+        _save_json(args.json, records, warned, header)
     if args.figure:
         from .shift import figures
 
@@ -659,6 +667,9 @@ def main(args):
                               methods=args.methods, shift_splits=shift_splits)
         records += recs
         warned.update(w)
+        if args.json:  # a checkpoint: an interrupted run keeps the sets it finished
+            _save_json(args.json, records, warned,
+                       f"(partial: {datasets.index(name) + 1} of {len(datasets)} sets)")
     header = (f"## Scoreboard of the default Laplace estimators\n\n{code_version()}; "
               f"Laplace parameters: {json.dumps(args.laplace_params) if params else 'defaults'}; "
               f"{n_splits} random 75/25 splits per set"

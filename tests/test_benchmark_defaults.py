@@ -1,5 +1,6 @@
 """The scoreboard of the default estimators: ``python -m benchmarks defaults``."""
 
+import json
 from collections import Counter
 
 import numpy as np
@@ -346,3 +347,25 @@ def test_a_mixture_prediction_is_scored_by_its_own_density_and_interval():
     gaussian = defaults.score("regression", y, (one.mean, one.std))
     assert np.isclose(defaults.score("regression", y, defaults.WithDensity(
         one.mean, one.std, one))["nll"], gaussian["nll"], rtol=1e-12)
+
+
+def test_an_interrupted_run_keeps_the_sets_it_finished(tmp_path, monkeypatch):
+    saved = tmp_path / "board.json"
+    finished = []
+
+    def run_dataset(name, *args, **kwargs):
+        if finished:
+            raise KeyboardInterrupt  # Ctrl-C during the second set
+        finished.append(name)
+        return [{"dataset": name, "method": "LA", "split": 0, "nll": 0.5}], {}
+
+    monkeypatch.setattr(defaults, "run_dataset", run_dataset)
+    monkeypatch.setattr(defaults, "_warm_up", lambda: None)
+    args = build_parser().parse_args(["defaults", "--datasets", "iris", "wine", "--quiet",
+                                      "--json", str(saved)])
+    with pytest.raises(KeyboardInterrupt):
+        args._main(args)
+    kept = json.loads(saved.read_text())
+    assert kept["records"] == [{"dataset": "iris", "method": "LA", "split": 0, "nll": 0.5}]
+    assert "partial: 1 of 2 sets" in kept["header"]
+    assert not (tmp_path / "board.json.tmp").exists()
