@@ -26,7 +26,8 @@ def test_scorers_and_the_ood_detector_are_public():
     import sklaplace.ood
 
     assert {"neg_gaussian_nll_scorer", "neg_crps_scorer",
-            "neg_coverage_error_scorer"} <= set(sklaplace.metrics.__all__)
+            "neg_coverage_error_scorer", "neg_per_label_nll_scorer",
+            "per_label_nll"} <= set(sklaplace.metrics.__all__)
     assert "LaplaceOODDetector" in sklaplace.ood.__all__
 
 

@@ -14,11 +14,12 @@ indices, so a sample without every class needs no ``labels``. Every metric takes
 
 from ._classification import (expected_calibration_error, maximum_calibration_error,
                                       multiclass_brier_score, negative_log_likelihood,
-                                      reliability_curve)
+                                      per_label_nll, reliability_curve)
 from ._regression import (crps_gaussian, gaussian_nll, interval_coverage,
                                   regression_calibration_curve, regression_calibration_error,
                                   sharpness)
-from ._scoring import neg_coverage_error_scorer, neg_crps_scorer, neg_gaussian_nll_scorer
+from ._scoring import (neg_coverage_error_scorer, neg_crps_scorer, neg_gaussian_nll_scorer,
+                       neg_per_label_nll_scorer)
 from ..ood import _last_step, ood_detection_metrics, ood_scores
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "reliability_curve",
     "multiclass_brier_score",
     "negative_log_likelihood",
+    "per_label_nll",
     "gaussian_nll",
     "crps_gaussian",
     "interval_coverage",
@@ -39,6 +41,7 @@ __all__ = [
     "neg_gaussian_nll_scorer",
     "neg_crps_scorer",
     "neg_coverage_error_scorer",
+    "neg_per_label_nll_scorer",
 ]
 
 

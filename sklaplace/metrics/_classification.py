@@ -1,13 +1,15 @@
 """Calibration and proper scores of class probabilities: the top-label reliability curve,
 expected and maximum calibration error, multi-class Brier score and negative
-log-likelihood. Re-exported by :mod:`sklaplace.metrics`, the public home of these
+log-likelihood, and the per-label negative log-likelihood of multilabel probabilities.
+Re-exported by :mod:`sklaplace.metrics`, the public home of these
 functions (their ``__module__``).
 """
 
 import numpy as np
 from sklearn.metrics import brier_score_loss, log_loss
 
-from .._checks import _check_classification, _check_n, _check_strategy
+from .._checks import (_check_classification, _check_n, _check_sample_weight,
+                       _check_strategy)
 
 
 def _binned_top_label(y_true, y_prob, n_bins, strategy, labels=None, sample_weight=None):
@@ -241,9 +243,64 @@ def negative_log_likelihood(y_true, y_prob, *, labels=None, sample_weight=None):
                           sample_weight=weight))
 
 
+def per_label_nll(y_true, y_prob, *, sample_weight=None):
+    """Mean per-label negative log-likelihood of multilabel probabilities.
+
+    The binary log loss of each label, ``-(y log p + (1 - y) log(1 - p))``, averaged over
+    the labels of a row and then over the rows: what ``log_loss`` is per column of an
+    indicator matrix. Probabilities are clipped to ``[eps, 1 - eps]`` (machine epsilon of
+    their dtype), as :func:`sklearn.metrics.log_loss` does.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples, n_labels)
+        Indicator matrix of 0 and 1, one column per label (as ``MLPClassifier`` and
+        :class:`~sklaplace.LaplaceClassifier` take for multilabel ``y``).
+    y_prob : array-like of shape (n_samples, n_labels)
+        Probability of each label, e.g. ``predict_proba(X)`` of a multilabel fit.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Row weights; integer weights equal repeated rows.
+
+    Returns
+    -------
+    nll : float
+        In nats per label; lower is better (``log 2`` for p = 0.5 everywhere).
+
+    See Also
+    --------
+    neg_per_label_nll_scorer : This metric, negated, as a scorer for ``GridSearchCV``.
+    negative_log_likelihood : The NLL of one class per row.
+    """
+    y_true, y_prob = _check_indicator(y_true, y_prob)
+    weight = _check_sample_weight(sample_weight, y_true.shape[0])
+    eps = np.finfo(y_prob.dtype).eps
+    p = np.clip(y_prob, eps, 1 - eps)
+    per_row = -(y_true * np.log(p) + (1.0 - y_true) * np.log1p(-p)).mean(axis=1)
+    return float(np.average(per_row, weights=weight))
+
+
+def _check_indicator(y_true, y_prob):
+    """(y_true as float64, y_prob as floats) of :func:`per_label_nll`, both (n, L)."""
+    y_true = np.asarray(y_true.toarray() if hasattr(y_true, "toarray") else y_true)
+    y_prob = np.asarray(y_prob)
+    if y_prob.dtype.kind != "f":
+        y_prob = y_prob.astype(np.float64)
+    if y_true.ndim != 2 or y_prob.shape != y_true.shape:
+        raise ValueError(
+            "y_true must be an indicator matrix of shape (n_samples, n_labels) and y_prob "
+            f"the probabilities of the same shape; got {y_true.shape} and {y_prob.shape}. "
+            "For one class per row use negative_log_likelihood.")
+    if not np.isin(y_true, (0, 1)).all():
+        raise ValueError("y_true must hold only 0 and 1 (an indicator matrix); got the "
+                         f"values {np.unique(y_true)[:10].tolist()}.")
+    if not (np.all(np.isfinite(y_prob)) and np.all((y_prob >= 0) & (y_prob <= 1))):
+        raise ValueError("y_prob must hold probabilities in [0, 1].")
+    return y_true.astype(np.float64), y_prob
+
+
 # Documented, shown and pickled as sklaplace.metrics.<name>, where they were defined before
 # this module was split off and where users import them from.
 for _function in (reliability_curve, expected_calibration_error, maximum_calibration_error,
-                  multiclass_brier_score, negative_log_likelihood):
+                  multiclass_brier_score, negative_log_likelihood, per_label_nll):
     _function.__module__ = "sklaplace.metrics"
 del _function

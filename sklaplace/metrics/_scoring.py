@@ -1,13 +1,18 @@
-"""Scorers of probabilistic regression for ``GridSearchCV(scoring=...)``.
+"""Scorers of probabilistic regression and of multilabel probabilities for
+``GridSearchCV(scoring=...)``.
 
 Plain callables ``scorer(estimator, X, y)`` (``make_scorer`` cannot reach
 ``predict(X, return_std=True)``); importable from :mod:`sklaplace.metrics`.
 """
 
+import numpy as np
+
+from ._classification import per_label_nll
 from ._regression import crps_gaussian, gaussian_nll, interval_coverage
 from ..ood import _last_step
 
-__all__ = ["neg_gaussian_nll_scorer", "neg_crps_scorer", "neg_coverage_error_scorer"]
+__all__ = ["neg_gaussian_nll_scorer", "neg_crps_scorer", "neg_coverage_error_scorer",
+           "neg_per_label_nll_scorer"]
 
 
 def _mean_std(estimator, X):
@@ -115,3 +120,39 @@ def neg_coverage_error_scorer(estimator, X, y, sample_weight=None, *, confidence
     coverage, _ = interval_coverage(y, mean, std, confidence=confidence,
                                     sample_weight=sample_weight)
     return -abs(coverage - confidence)
+
+
+def neg_per_label_nll_scorer(estimator, X, y, sample_weight=None):
+    """Scorer: the negated mean per-label NLL of a multilabel classifier.
+
+    For ``GridSearchCV(clf, grid, scoring=neg_per_label_nll_scorer)`` or
+    ``cross_val_score`` on an indicator ``y``: :func:`per_label_nll` of
+    ``estimator.predict_proba(X)`` (the binary log loss of each label, averaged over the
+    labels and the rows), negated so that greater is better, as scikit-learn's
+    ``"neg_*"`` scorers. Its ``"neg_log_loss"`` takes one class per row, not an
+    indicator matrix.
+
+    Parameters
+    ----------
+    estimator : fitted multilabel classifier or Pipeline ending in one
+        Its ``predict_proba(X)`` returns each label's probability, shape
+        (n_samples, n_labels) (:class:`~sklaplace.LaplaceClassifier`,
+        ``MLPClassifier``, ``OneVsRestClassifier``), or a list of one
+        (n_samples, 2) array per label (``RandomForestClassifier``,
+        ``MultiOutputClassifier``), whose second columns are taken.
+    X : array-like of shape (n_samples, n_features)
+        Inputs.
+    y : array-like of shape (n_samples, n_labels)
+        Indicator matrix of 0 and 1, one column per label.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Row weights.
+
+    Returns
+    -------
+    score : float
+        ``-per_label_nll(y, estimator.predict_proba(X))``; higher is better.
+    """
+    proba = estimator.predict_proba(X)
+    if isinstance(proba, list):  # one (n, 2) array per label: the probability of 1
+        proba = np.stack([np.asarray(p)[:, -1] for p in proba], axis=1)
+    return -per_label_nll(y, proba, sample_weight=sample_weight)
