@@ -17,6 +17,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.frozen import FrozenEstimator
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
+from sklaplace.estimators import _base
+from sklaplace.estimators._dask_holdout import global_split, partition_rows
 
 da = pytest.importorskip("dask.array")
 dd = pytest.importorskip("dask.dataframe")
@@ -163,9 +165,10 @@ def test_unsupported_and_mismatched_inputs(client, three_classes):
     with pytest.raises(ValueError, match="multilabel"):
         LaplaceClassifier(net=FrozenEstimator(net)).fit(
             Xd, da.from_array(np.c_[y > 0, y > 1].astype(int), chunks=(60, 2)))
-    with pytest.raises(ValueError, match="hyperparameter_tuning"):
-        LaplaceClassifier(net=FrozenEstimator(net), hyperparameter_tuning="cv").fit(
-            Xd, da.from_array(y, chunks=60))
+    with pytest.raises(ValueError, match="hyperparameter_tuning='online'"):
+        LaplaceRegressor(hyperparameter_tuning="online").fit(Xd, da.from_array(X[:, 0], chunks=60))
+    with pytest.raises(ValueError, match="hyperparameter_tuning='cv'"):
+        LaplaceRegressor(hyperparameter_tuning="cv").fit(Xd, da.from_array(X[:, 0], chunks=60))
 
 
 def test_trained_fit_reaches_the_in_memory_held_out_nll(client):
@@ -182,11 +185,11 @@ def test_trained_fit_reaches_the_in_memory_held_out_nll(client):
     params = dict(hidden_layer_sizes=(8,), max_epochs=30, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        memory = LaplaceClassifier(solver="lbfgs", hyperparameter_tuning="evidence",
-                                   **params).fit(X, y)
+        memory = LaplaceClassifier(solver="lbfgs", **params).fit(X, y)
         dist = LaplaceClassifier(**params).fit(da.from_array(X, chunks=2_500),
                                                da.from_array(y, chunks=2_500))
-    assert dist.hyperparameter_tuning_ == "evidence"
+    assert dist.hyperparameter_tuning_ == memory.hyperparameter_tuning_ == "cv"
+    assert dist.validation_nll_ == pytest.approx(memory.validation_nll_, abs=0.02)
     assert abs(dist.n_iter_ - memory.n_iter_) <= 5
     nll = log_loss(y_test, dist.predict_proba(X_test))
     assert abs(nll - log_loss(y_test, memory.predict_proba(X_test))) < 0.02
@@ -237,3 +240,93 @@ def test_import_does_not_import_dask():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": ROOT}, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_partition_masks_hold_out_each_partitions_share():
+    y = np.arange(102) % 3
+    fit, held = global_split([50, 50, 2], 0.2, 7, labels=y)
+    assert len(held) == 10 + 10 + 0  # ⌈0.2·50⌉ per partition; 2 rows are too few to split
+    assert np.array_equal(np.sort(np.r_[fit, held]), np.arange(102))
+    np.testing.assert_array_equal(partition_rows(50, 0.2, 7, 1, y[50:100])[1] + 50, held[10:])
+    assert not np.array_equal(partition_rows(50, 0.2, 8, 1)[1], partition_rows(50, 0.2, 7, 1)[1])
+
+
+def test_held_out_delta_on_partitions_equals_in_memory(client, three_classes, monkeypatch):
+    """The same mask in memory (the in-memory split replaced by the partitions' masks):
+    the held-out δ, its NLL and the refit's predictions agree."""
+    X, y, net = three_classes
+    chunks = 70
+    sizes = [len(X[i:i + chunks]) for i in range(0, len(X), chunks)]
+    params = dict(net=FrozenEstimator(net), hyperparameter_tuning="cv", random_state=0)
+    dist = LaplaceClassifier(**params)
+    with pytest.warns(UserWarning, match="FrozenEstimator"):
+        dist.fit(da.from_array(X, chunks=chunks), da.from_array(y, chunks=chunks))
+    monkeypatch.setattr(_base, "validation_split", lambda n, fraction, seed, labels=None:
+                        global_split(sizes, fraction, seed, labels))
+    with pytest.warns(UserWarning, match="FrozenEstimator"):
+        memory = LaplaceClassifier(**params).fit(X, y)
+    assert dist.hyperparameter_tuning_ == memory.hyperparameter_tuning_ == "cv"
+    assert dist.prior_precision_ == pytest.approx(memory.prior_precision_, rel=1e-6)
+    assert dist.validation_nll_ == pytest.approx(memory.validation_nll_, abs=1e-6)
+    assert dist.log_evidence_ == pytest.approx(memory.log_evidence_, abs=1e-6)
+    assert dist.extrapolation_variance_ == pytest.approx(memory.extrapolation_variance_,
+                                                         rel=1e-6)
+    np.testing.assert_allclose(dist.predict_proba(X), memory.predict_proba(X), atol=1e-6)
+
+
+def _synthetic_rows(rng, n):
+    X = rng.randn(n, 5)
+    logit = 2 * X[:, 0] - X[:, 1] + np.sin(2 * X[:, 2])
+    return X, (logit + rng.logistic(size=n) > 0).astype(int)
+
+
+def test_default_classifier_on_partitions_reaches_the_in_memory_default(client):
+    """The default configuration (max_epochs=30 on both sides, to keep the test short):
+    the architecture chosen on held-out rows of the partitions, δ by their held-out NLL;
+    a test NLL within 0.02 of the in-memory fit's."""
+    from sklearn.metrics import log_loss
+
+    rng = np.random.RandomState(0)
+    (X, y), (X_test, y_test) = _synthetic_rows(rng, 2_000), _synthetic_rows(rng, 4_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        memory = LaplaceClassifier(max_epochs=30, random_state=0).fit(X, y)
+        dist = LaplaceClassifier(max_epochs=30, random_state=0).fit(
+            da.from_array(X, chunks=500), da.from_array(y, chunks=500))
+    assert dist.hyperparameter_tuning_ == "cv"
+    results = dist.model_selection_results_
+    assert results.keys() == memory.model_selection_results_.keys()
+    assert results["hidden_layer_sizes"] == [(), (50,), (50, 50)]
+    assert dist.hidden_layer_sizes_ == results["hidden_layer_sizes"][np.argmin(results["rank"])]
+    assert dist.validation_nll_ == pytest.approx(np.nanmin(results["held_out_nll"]), abs=1e-12)
+    nll = log_loss(y_test, dist.predict_proba(X_test))
+    assert abs(nll - log_loss(y_test, memory.predict_proba(X_test))) < 0.02
+
+
+def test_logistic_truth_picks_the_linear_model_on_partitions(client):
+    rng = np.random.RandomState(0)
+    X = rng.normal(size=(400, 8))
+    p = 1 / (1 + np.exp(-(X[:, :3] @ np.array([1.5, -1.0, 0.5]))))
+    y = (rng.uniform(size=400) < p).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        dist = LaplaceClassifier(max_epochs=20, random_state=0).fit(
+            da.from_array(X, chunks=200), da.from_array(y, chunks=200))
+    results = dist.model_selection_results_
+    assert dist.hidden_layer_sizes_ == ()
+    assert [p.shape for p in dist.net_.module_.parameters()] == [(1, 8), (1,)]
+    assert np.isnan(results["held_out_nll"][2])  # (50,) did not improve: (50, 50) not fitted
+
+
+def test_default_regressor_on_partitions_picks_the_linear_model(client):
+    rng = np.random.RandomState(0)
+    X = rng.normal(size=(400, 3))
+    y = X @ np.array([1.0, -2.0, 0.5]) + 0.3 * rng.normal(size=400) + 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        dist = LaplaceRegressor(max_epochs=20, random_state=0).fit(
+            da.from_array(X, chunks=200), da.from_array(y, chunks=200))
+    assert dist.hidden_layer_sizes_ == ()
+    assert dist.hyperparameter_tuning_ == "evidence"  # "online" in memory (not on dask)
+    assert dist.model_selection_results_["criterion"][0] == "held_out_nll"
+    assert dist.sigma_noise_ == pytest.approx(0.3, rel=0.2)

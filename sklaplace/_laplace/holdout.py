@@ -259,6 +259,32 @@ def one_standard_error_choice(losses, weights=None):
     return best
 
 
+def loss_sums(losses):
+    """The sums :func:`choice_from_sums` reads, of unweighted held-out rows: (rows,
+    Σ_n L_kn (K,), Σ_n L_kn L_jn (K, K)) of ``losses`` (K, n); the sums of several parts'
+    rows add up."""
+    losses = np.asarray(losses, dtype=float)
+    return losses.shape[1], losses.sum(1), losses @ losses.T
+
+
+def choice_from_sums(total, sums, cross):
+    """:func:`one_standard_error_choice` of unweighted rows from their sums (rows, Σ L
+    per grid value, Σ L Lᵀ), for held-out rows in parts (the partitions of dask
+    collections): the same rule, the standard error of the paired differences from
+    Σ (L_k − L_b)² = Q_kk − 2 Q_kb + Q_bb."""
+    sums, cross = np.asarray(sums, dtype=float), np.asarray(cross, dtype=float)
+    means = sums / total
+    best = int(np.argmin(means))
+    for index in range(best):
+        mean = means[index] - means[best]
+        squares = cross[index, index] - 2 * cross[index, best] + cross[best, best]
+        spread = max(squares - total * mean**2, 0.0)
+        se = np.sqrt(spread / (total - 1) / total) if total > 1 else 0.0
+        if mean <= min(se, MAX_HELD_OUT_COST):
+            return index
+    return best
+
+
 def warn_at_grid_bound(index, grid, name="prior_precision"):
     """ConvergenceWarning when the held-out choice ``grid[index]`` is an end of its grid.
 

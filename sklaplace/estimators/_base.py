@@ -218,18 +218,14 @@ class BaseLaplace(BaseEstimator):
 
     def _fit_any(self, X, y, sample_weight=None):
         """``fit``'s body: in memory (``_fit_rows``), or on dask collections, whose rows
-        stay in their partitions (:mod:`._dask_fit`)."""
+        stay in their partitions (:mod:`._dask_sequence`)."""
         if is_dask(X) or is_dask(y):
             if sample_weight is not None:
                 raise ValueError("sample_weight is not supported on dask input: fit on dask "
                                  "collections takes unweighted rows.")
-            if isinstance(self.net, FrozenEstimator):
-                from ._dask_fit import fit_dask
+            from ._dask_sequence import fit_dask  # the rows stay on the workers
 
-                return fit_dask(self, X, y)
-            from ._dask_train import fit_dask_trained  # MAP training on the partitions
-
-            return fit_dask_trained(self, X, y)
+            return fit_dask(self, X, y)
         return self._fit_rows(X, y, sample_weight)
 
     def _resolve_tuning(self, n_rows, frozen, task):

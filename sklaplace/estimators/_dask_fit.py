@@ -7,9 +7,10 @@ total once, tunes and stores — the in-memory fit up to the order of additions.
 gathers the rows: the client holds the pieces (a P × P matrix at most, within the
 memory budget), two probe rows and the few rows that extend the training range.
 
-Scope: a ``FrozenEstimator`` net with every structure and subset, the evidence (or no)
-tuning and the variance outside the training range; with a net to train, the default
-configuration (:mod:`._dask_train`). Any other parameter gets a ``ValueError`` naming it.
+Scope: a ``FrozenEstimator`` net with every structure and subset, the evidence, held-out
+(``"cv"``, the classifier's) or no tuning and the variance outside the training range;
+with a net to train, the default configuration (:mod:`._dask_train`, the sequence in
+:mod:`._dask_sequence`). Any other parameter gets a ``ValueError`` naming it.
 """
 
 import copy
@@ -21,6 +22,7 @@ from sklearn.frozen import FrozenEstimator
 
 from .._laplace import policy
 from ._dask import compute, row_parts, share, tree_reduce
+from ._dask_holdout import held_out_choice
 from ._fitting import resolve_subset
 from .._laplace import likelihoods, nets
 from .._laplace import partial as parts
@@ -32,13 +34,13 @@ from .._laplace.hyperparameters import Hyperparameters, TargetScale, trained_sca
 from .._laplace.outside import RangeKernel, variance_of_rows
 from .._laplace.prior import tensor_sizes
 from ._training import output_width, prepare_net, settings_of
-from ._validation import check_params, check_seed
+from ._validation import check_seed
 
 #: Parameters a fit of a frozen net on dask input may set (the others keep their defaults).
 FROZEN_PARAMETERS = frozenset({
     "net", "subset_of_weights", "hessian_structure", "subnetwork", "lowrank_rank",
     "prior_precision", "prior_structure", "curvature", "temperature",
-    "hyperparameter_tuning", "link_approx", "n_samples", "pred_type",
+    "hyperparameter_tuning", "validation_fraction", "link_approx", "n_samples", "pred_type",
     "extrapolation_variance", "random_state", "verbose", "sigma_noise"})
 
 
@@ -68,9 +70,9 @@ def _refuse(name, value, why):
     raise ValueError(f"{name}={value!r} is not supported on dask input: {why}")
 
 
-def fit_dask(estimator, X, y):
-    """Fit ``estimator`` (a frozen net) on dask ``X`` and ``y`` (partitioned alike)."""
-    check_dask_parameters(estimator, FROZEN_PARAMETERS)
+def read_parts(estimator, X, y):
+    """(the partitions' (X, y) pairs, the first pass's sums, classifier or not); sets
+    ``n_features_in_`` and ``feature_names_in_``."""
     pairs, n_features, names = row_parts(X, y)
     classifier = hasattr(estimator, "class_weight")
     stats = first_pass(pairs, classifier)
@@ -79,7 +81,7 @@ def fit_dask(estimator, X, y):
         estimator.feature_names_in_ = names
     else:
         estimator.__dict__.pop("feature_names_in_", None)
-    return fit_frozen(estimator, pairs, stats, classifier)
+    return pairs, stats, classifier
 
 
 # ------------------------------------------------------------------ first pass
@@ -213,22 +215,21 @@ def reduce_sums(pairs, subset, likelihood, out_scale, curvature, units, structur
     return sums
 
 
-def fit_frozen(estimator, pairs, stats, classifier, net_=None):
-    """The LA of the frozen net (or of the trained ``net_``) on the partitions ``pairs``;
-    stores it on ``estimator``."""
-    check_params(estimator)
+def laplace_on_parts(estimator, pairs, stats, classifier, net_, target_info, tuning, *,
+                     held_out=None, chosen=None, report=None):
+    """The :class:`FittedLaplace` of the frozen net (``net_`` None) or of the trained
+    ``net_`` on the partitions ``pairs`` (``stats``: their first pass), tuned by
+    ``tuning``: the evidence, None, or ``"cv"``, by the held-out rows ``held_out``
+    (:func:`._dask_holdout.held_out_choice`) or at the ``chosen`` hyperparameters of a
+    held-out pass. ``target_info``: :func:`_targets` of all rows; ``report``: the fit's
+    diagnostics (the held-out NLL of a refit's choice)."""
     s = settings_of(estimator)
     rng = check_seed("random_state", estimator.random_state)
     _, prediction_seed = (int(v) for v in rng.randint(0, 2**31 - 1, size=2))
-    units, n_outputs, default, targets = _targets(estimator, stats, classifier)
+    units, n_outputs, default, targets = target_info
     _, frozen, likelihood = prepare_net(s, stats["range"]["wx"].numel(), n_outputs)
     net = frozen if net_ is None else net_
     n_rows = stats["rows"]
-    # "auto": the evidence on dask input (a frozen net's default in memory too)
-    tuning = "evidence" if s.hyperparameter_tuning == "auto" else s.hyperparameter_tuning
-    if tuning not in ("evidence", None):
-        _refuse("hyperparameter_tuning", s.hyperparameter_tuning,
-                f"it means {tuning!r} here; use 'evidence' or None.")
     if s.pred_type == "gp":
         _refuse("pred_type", "gp", "use 'glm' or 'nn'.")
     likelihood = likelihoods.get(likelihood or default)
@@ -258,7 +259,7 @@ def fit_frozen(estimator, pairs, stats, classifier, net_=None):
     rank = (s.lowrank_rank or default_lowrank_rank(subset.n_params)
             if structure == "lowrank" else None)
     jackknife = (classifier and s.extrapolation_variance == "auto" and s.pred_type != "nn"
-                 and tuning is not None)
+                 and tuning is not None and held_out is None)
     kernel = _range_kernel(stats["range"]) if jackknife or _given(s) else None
     s.log(f"Laplace approximation on {len(pairs)} dask partitions ({n_rows} rows): {kind} "
           f"weights ({subset.n_params}), {structure} {s.curvature.upper()}")
@@ -268,8 +269,15 @@ def fit_frozen(estimator, pairs, stats, classifier, net_=None):
     posterior = parts.posterior_from_sums(structure, subset, sums, rank, device)
     evidence = parts.evidence_from_sums(posterior, subset.theta.detach(), likelihood, sums,
                                         s.temperature, s.curvature)
-    hyper = hyper0
-    if tuning == "evidence":
+    hyper, report = hyper0, dict(report or {})
+    if chosen is not None:
+        hyper = chosen
+    elif held_out is not None:
+        link = estimator._link(likelihood, prediction_seed)
+        hyper, report["validation_nll"] = held_out_choice(
+            evidence, subset, held_out, units, link, hyper0.sigma,
+            sampled=s.pred_type == "nn", n_samples=s.n_samples, seed=prediction_seed)
+    elif tuning == "evidence":
         spread = None if classifier else _model_spread(stats, targets)
         hyper = tuners.by_evidence(evidence, subset, s.prior_structure, s.prior_precision,
                                    hyper0.sigma, None, spread=spread)
@@ -279,7 +287,7 @@ def fit_frozen(estimator, pairs, stats, classifier, net_=None):
         posterior=evidence.posterior.with_prior(hyper.delta(subset), scale),
         evidence=evidence, hyper=hyper, kind=kind, structure=structure, tuning=tuning,
         n_outputs=width, curvature=s.curvature, temperature=s.temperature,
-        prediction_seed=prediction_seed, targets=targets, refined=False, report={},
+        prediction_seed=prediction_seed, targets=targets, refined=False, report=report,
         task_rows=None, n_tasks=0)
     variance = float(s.extrapolation_variance or 0.0) if _given(s) else 0.0
     if jackknife:
@@ -294,10 +302,15 @@ def fit_frozen(estimator, pairs, stats, classifier, net_=None):
         kernel = dataclasses.replace(kernel, scale=_scale(stats["range"], _second_moments(
             pairs, _mean(stats["range"]))))
     outside = kernel.with_variance(variance) if variance else None
-    fitted = dataclasses.replace(fitted, hyper=hyper.with_outside_variance(variance),
-                                 outside=outside)
     if net_ is None:
         frozen.module_.eval()
+    return dataclasses.replace(fitted, hyper=hyper.with_outside_variance(variance),
+                               outside=outside)
+
+
+def store(estimator, net_, fitted):
+    """``estimator`` with the fit stored (``net_``: the trained net, or the frozen one)."""
+    net = estimator.net.estimator if net_ is None else net_
     return estimator._store(net, *training_curve(net), fitted)
 
 

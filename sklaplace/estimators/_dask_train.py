@@ -8,7 +8,7 @@ the optimizer, line search, initialization and objective of ``solver="lbfgs"`` i
 memory (:func:`._laplace.nets.default_net`), one iteration per epoch, with the same
 convergence rule (``tol``, ``n_iter_no_change``). Each round is an ordinary dask graph,
 which dask re-runs on another worker if one is lost. The LA of the trained net is then
-:func:`._dask_fit.fit_frozen`'s.
+:func:`._dask_fit.laplace_on_parts`'s; the sequence is :mod:`._dask_sequence`'s.
 """
 
 import copy
@@ -18,20 +18,21 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from ._dask import compute, row_parts, share, tree_reduce
-from ._dask_fit import _as_rows, _targets, check_dask_parameters, first_pass, fit_frozen
+from ._dask import compute, share, tree_reduce
+from ._dask_fit import _as_rows
 from .._laplace import likelihoods, nets
 from .._laplace.convergence import Converged, Convergence
 from .._laplace.hyperparameters import Hyperparameters
 from .._laplace.prior import tensor_sizes
 from .._laplace.threads import seeded
 from ._training import settings_of
-from ._validation import check_params, check_seed
+from ._validation import check_seed
 
 #: Parameters a fit that trains its net on dask input may set.
 TRAIN_PARAMETERS = frozenset({
     "hidden_layer_sizes", "max_epochs", "tol", "n_iter_no_change", "solver",
-    "prior_precision", "hyperparameter_tuning", "subset_of_weights", "hessian_structure",
+    "prior_precision", "hyperparameter_tuning", "validation_fraction", "subset_of_weights",
+    "hessian_structure",
     "lowrank_rank", "link_approx", "n_samples", "extrapolation_variance", "random_state",
     "verbose"})
 
@@ -39,42 +40,22 @@ TRAIN_PARAMETERS = frozenset({
 CHUNK_ROWS = 16384
 
 
-def fit_dask_trained(estimator, X, y):
-    """Train the default MLP on the partitions of (X, y), then its LA (:mod:`._dask_fit`)."""
-    check_dask_parameters(estimator, TRAIN_PARAMETERS)
-    if isinstance(estimator.hidden_layer_sizes, str):
-        raise ValueError(
-            f"hidden_layer_sizes={estimator.hidden_layer_sizes!r} is not supported on dask "
-            "input (the architecture choice needs held-out rows in memory): give the hidden "
-            "widths, e.g. hidden_layer_sizes=(50,).")
-    check_params(estimator)
-    pairs, n_features, names = row_parts(X, y)
-    classifier = hasattr(estimator, "class_weight")
-    stats = first_pass(pairs, classifier)
-    estimator.n_features_in_ = n_features
-    if names is not None:
-        estimator.feature_names_in_ = names
-    else:
-        estimator.__dict__.pop("feature_names_in_", None)
-    net = train_on_parts(estimator, pairs, stats, classifier)
-    fitted = fit_frozen(estimator, pairs, stats, classifier, net_=net)
-    record = getattr(fitted, "_record_scaling", None)
-    return record() if record is not None else fitted
-
-
-def train_on_parts(estimator, pairs, stats, classifier):
-    """The default MLP trained to the MAP by L-BFGS over the partitions (a skorch net
-    with its epochs' ``train_loss`` in ``history``)."""
+def train_on_parts(estimator, pairs, stats, target_info, sizes, init_module=None,
+                   what="MAP training"):
+    """The default MLP of hidden widths ``sizes`` trained to the MAP by L-BFGS over the
+    partitions ``pairs`` (``stats``: their first pass; ``target_info``: the targets of
+    all rows, :func:`._dask_fit._targets`), from the weights of ``init_module`` where
+    given (a warm refit); a skorch net with its epochs' ``train_loss`` in ``history``."""
     import dask
 
     s = settings_of(estimator)
     rng = check_seed("random_state", estimator.random_state)
     train_seed = int(rng.randint(0, 2**31 - 1, size=2)[0])  # as the in-memory fit draws it
-    units, n_outputs, default, _ = _targets(estimator, stats, classifier)
+    units, n_outputs, default, _ = target_info
     likelihood = likelihoods.get(default)
     n_features = stats["range"]["wx"].numel()
     hyper = Hyperparameters.of(estimator.prior_precision, estimator._initial_sigma())
-    net = nets.default_net(n_features, n_outputs, s.hidden_layer_sizes, s.max_epochs, s.lr,
+    net = nets.default_net(n_features, n_outputs, tuple(sizes), s.max_epochs, s.lr,
                            s.batch_size, device="cpu", solver="lbfgs")
     n_rows = stats["rows"]
     with seeded(train_seed):
@@ -82,6 +63,8 @@ def train_on_parts(estimator, pairs, stats, classifier):
                        criterion__temperature=s.temperature,
                        criterion__sigma_noise=hyper.sigma.numpy(), train_split=None)
         net.initialize()
+        if init_module is not None:
+            net.module_.load_state_dict(init_module.state_dict())
     sizes = tensor_sizes(net.module_)
     net.set_params(criterion__prior_precision=hyper.for_training(sizes))
     criterion = net.criterion_.attach(net.module_)
@@ -92,7 +75,7 @@ def train_on_parts(estimator, pairs, stats, classifier):
     rows = list(dask.persist(*[dask.delayed(_training_rows)(p, units, criterion, dtype)
                                for p in pairs]))
     static = share((net.module_, criterion))
-    s.log(f"MAP training on {len(pairs)} dask partitions ({n_rows} rows): full-batch L-BFGS")
+    s.log(f"{what} on {len(pairs)} dask partitions ({n_rows} rows): full-batch L-BFGS")
 
     def closure():
         optimizer.zero_grad()
@@ -106,7 +89,8 @@ def train_on_parts(estimator, pairs, stats, classifier):
             prior.backward()
         for p, g in zip(params, _split(total["grad"], params)):
             p.grad = g.to(p) * scale + (p.grad if p.grad is not None else 0)
-        return torch.as_tensor(float(total["nll"]) * scale + float(prior))
+        prior = float(prior.detach()) if torch.is_tensor(prior) else float(prior)
+        return torch.as_tensor(float(total["nll"]) * scale + prior)
 
     rule = Convergence(s.tol, s.n_iter_no_change).initialize()
     net.module_.train()

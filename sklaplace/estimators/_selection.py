@@ -113,18 +113,68 @@ def held_out_nll(fitted, X, y, weight, scorers):
     return float(np.average(held_out_losses(fitted, X, y, scorers), weights=weight))
 
 
-def evidence_at_optimum(fitted, s, y_model, weight):
+def evidence_at_optimum(fitted, s, y_model, weight, spread=None):
     """The log evidence (model units) at its own optimum δ (and σ): the criterion of a
     fit whose δ was chosen otherwise (at a held-out δ of 1e4 the ½δ‖θ‖² term would score
-    the prior, not the model)."""
+    the prior, not the model). ``spread``: the targets' std where ``y_model`` is not in
+    memory."""
     if fitted.tuning in ("evidence", "online"):
         return fitted.log_evidence(None, fitted.hyper.sigma)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         sigma = fitted.hyper.sigma if fitted.evidence.gaussian else None
         hyper = tuners.by_evidence(fitted.evidence, fitted.subset, s.prior_structure,
-                                   s.prior_precision, sigma, y_model, weight)
+                                   s.prior_precision, sigma, y_model, weight, spread=spread)
     return fitted.log_evidence(hyper.prior_precision, hyper.sigma)
+
+
+def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one):
+    """Fit the candidates ``sizes`` in order, skipping those after a candidate that did
+    not improve on the smaller ones' held-out NLL (the greedy search): (fits, rows),
+    None in ``fits`` and NaN scores in ``rows`` where skipped. ``fit_one(sizes)`` → (fit,
+    n_params, held-out NLL (NaN with ``by_evidence``), log evidence); the in-memory and
+    the dask fits (:mod:`._dask_select`) share the search."""
+    fits, rows = [], []
+    for c in sizes:
+        greedy = not by_evidence and CRITERION == "held_out_nll"
+        if greedy and len(rows) > 1 and not rows[-1][2] < min(r[2] for r in rows[:-1]):
+            s.log(f"hidden_layer_sizes={c}: skipped (the last candidate did not improve)")
+            rows.append((c, n_weights(c, n_features, n_outputs), np.nan, np.nan, 0.0))
+            fits.append(None)
+            continue
+        start = time.perf_counter()
+        fit, n_params, nll, evidence = fit_one(c)
+        seconds = time.perf_counter() - start
+        s.log(f"hidden_layer_sizes={c}: held-out NLL {nll:.4f}, log evidence "
+              f"{evidence:.2f} ({seconds:.2f} s)")
+        fits.append(fit)
+        rows.append((c, int(n_params), nll, evidence, seconds))
+    return fits, rows
+
+
+def summarize(sizes, rows, by_evidence):
+    """(index of the chosen candidate, ``model_selection_results_``) of the candidates'
+    ``rows`` (:func:`run_candidates`); a ``ConvergenceWarning`` where the largest won."""
+    by_evidence = by_evidence or CRITERION == "log_evidence"
+    scores = -np.array([r[3] for r in rows]) if by_evidence else np.array([r[2] for r in rows])
+    scores = np.where(np.isnan(scores), np.inf, scores)  # skipped candidates rank last
+    best = int(np.argmin(scores))
+    if len(sizes) > 1 and best == len(sizes) - 1:
+        warnings.warn(
+            f"hidden_layer_sizes: the largest candidate {sizes[best]} won the selection "
+            f"(by {'the evidence' if by_evidence else 'held-out NLL'}); a larger network "
+            "might fit better: pass a list of candidates with larger ones.",
+            ConvergenceWarning)
+    results = {
+        "hidden_layer_sizes": [r[0] for r in rows],  # tuples of different lengths
+        "n_params": np.array([r[1] for r in rows]),
+        "criterion": ["log_evidence" if by_evidence else "held_out_nll"] * len(rows),
+        "held_out_nll": np.array([r[2] for r in rows], dtype=float),
+        "log_evidence": np.array([r[3] for r in rows], dtype=float),
+        "fit_time": np.array([r[4] for r in rows], dtype=float),
+        "rank": np.argsort(np.argsort(scores, kind="stable"), kind="stable") + 1,
+    }
+    return best, results
 
 
 def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stratify,
@@ -146,21 +196,15 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
         fit_rows = np.arange(len(X))
     Xf, yf = X[fit_rows], y_model[fit_rows]
     wf = None if sample_weight is None else sample_weight[fit_rows]
-    fits, rows, row_losses = [], [], []
-    for c in sizes:
-        greedy = not by_evidence and CRITERION == "held_out_nll"
-        if greedy and len(rows) > 1 and not rows[-1][2] < min(r[2] for r in rows[:-1]):
-            s.log(f"hidden_layer_sizes={c}: skipped (the last candidate did not improve)")
-            rows.append((c, n_weights(c, X.shape[1], n_outputs), np.nan, np.nan, 0.0))
-            fits.append(None)
-            continue
-        start = time.perf_counter()
+    w_val = None if sample_weight is None else sample_weight[held_out]
+    row_losses = []
+
+    def fit_one(c):
         # the linear model's MAP is a convex problem: L-BFGS solves it (Adam's default
         # epochs often stop short of it)
         pipe = prepare(c, "lbfgs" if c == () and s.solver == "adam" else None)
         validation = None
         if tuning == "cv" and not by_evidence:
-            w_val = None if sample_weight is None else sample_weight[held_out]
             validation = (X[held_out], y_model[held_out], w_val)
         net_, n_iter, curve = pipe.train(
             Xf, yf, sample_weight=wf, callbacks=pipe.callbacks(yf, wf),
@@ -178,41 +222,20 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
             nll = fitted.report.get("validation_nll")
             if nll is None:
                 device = fitted.device
-                w_val = None if sample_weight is None else sample_weight[held_out]
                 nll = held_out_nll(
                     fitted, torch.tensor(X[held_out], dtype=torch.float64, device=device),
                     torch.as_tensor(y_model[held_out], device=device), w_val, scorers)
-        seconds = time.perf_counter() - start
-        s.log(f"hidden_layer_sizes={c}: held-out NLL {nll:.4f}, log evidence "
-              f"{evidence:.2f} ({seconds:.2f} s)")
-        fits.append((net_, n_iter, curve, fitted))
-        rows.append((c, int(fitted.subset.n_params), nll, evidence, seconds))
+        return (net_, n_iter, curve, fitted), fitted.subset.n_params, nll, evidence
+
+    fits, rows = run_candidates(s, sizes, X.shape[1], n_outputs, by_evidence, fit_one)
+    best, results = summarize(sizes, rows, by_evidence)
     by_evidence = by_evidence or CRITERION == "log_evidence"
-    scores = -np.array([r[3] for r in rows]) if by_evidence else np.array([r[2] for r in rows])
-    scores = np.where(np.isnan(scores), np.inf, scores)  # skipped candidates rank last
-    best = int(np.argmin(scores))
-    if len(sizes) > 1 and best == len(sizes) - 1:
-        warnings.warn(
-            f"hidden_layer_sizes: the largest candidate {sizes[best]} won the selection "
-            f"(by {'the evidence' if by_evidence else 'held-out NLL'}); a larger network "
-            "might fit better: pass a list of candidates with larger ones.",
-            ConvergenceWarning)
-    results = {
-        "hidden_layer_sizes": [r[0] for r in rows],  # tuples of different lengths
-        "n_params": np.array([r[1] for r in rows]),
-        "criterion": ["log_evidence" if by_evidence else "held_out_nll"] * len(rows),
-        "held_out_nll": np.array([r[2] for r in rows], dtype=float),
-        "log_evidence": np.array([r[3] for r in rows], dtype=float),
-        "fit_time": np.array([r[4] for r in rows], dtype=float),
-        "rank": np.argsort(np.argsort(scores, kind="stable"), kind="stable") + 1,
-    }
     mixture = None
     if averaging:
         done = [i for i, fit in enumerate(fits) if fit is not None]
         weights = np.zeros(len(rows))
         weights[done] = (averaging_.evidence_weights(results["log_evidence"][done])
                          if by_evidence else averaging_.stacking_weights(
-                             -np.stack(row_losses, axis=1),
-                             None if sample_weight is None else sample_weight[held_out]))
+                             -np.stack(row_losses, axis=1), w_val))
         mixture = [(c, fit) for c, fit in zip(sizes, fits)], weights
     return (*fits[best], sizes[best], results, mixture)
