@@ -42,7 +42,8 @@ two libraries interleaved run by run so that machine load hits both alike):
     :mod:`benchmarks.scale_defaults`.
 11. ``dask`` (not in the default sections): fit and predict on dask collections on 1 and 2
     ``LocalCluster`` workers beside the same fit in memory at ``--dask-rows`` rows; see
-    :mod:`benchmarks.dask_scale`.
+    :mod:`benchmarks.dask_scale`. ``dask_defaults``: the default classifier (architecture
+    and δ chosen on held-out rows) in memory and on dask partitions at ``--dask-rows``.
 
 Peak memory is the growth of the process's peak resident set size during a
 run (``VmHWM`` reset through ``/proc/self/clear_refs``; Linux only, else
@@ -625,7 +626,7 @@ def add_arguments(parser):
                                                           "evidence", "bridge"],
                         choices=["laplace", "map", "scaling", "evidence", "bridge", "scale",
                                  "backends", "threads", "sklearn", "defaults_scale",
-                                 "dask"])
+                                 "dask", "dask_defaults"])
     parser.add_argument("--scale-rows", type=int, nargs="+", default=[100_000],
                         help="scale section: training rows (one table per value)")
     parser.add_argument("--device", default=None,
@@ -691,6 +692,12 @@ def _dask_section(args, out):
     section_dask(out, args.dask_rows, args.dask_epochs)
 
 
+def _dask_defaults_section(args, out):
+    from .dask_scale import section_dask_defaults
+
+    section_dask_defaults(out, args.dask_rows)
+
+
 def main(args):
     torch.set_num_threads(args.threads)
     missing = laplace_available()
@@ -712,6 +719,7 @@ def main(args):
         "sklearn": lambda: _sklearn_section(args.repeats, out, args.sklearn_sets),
         "defaults_scale": lambda: _defaults_scale_section(args, out),
         "dask": lambda: _dask_section(args, out),
+        "dask_defaults": lambda: _dask_defaults_section(args, out),
     }
     failed = False
     for name in args.sections:

@@ -302,3 +302,16 @@ def test_factored_held_out_grid_equals_the_jacobian_grid(kind):
     _, factors = fitted.subset.jacobian_factors(Xv)
     chunked = factored_grid_variances(posterior, factors, deltas, 0.3, chunk_bytes=1)
     torch.testing.assert_close(chunked, torch.stack(covs), rtol=1e-13, atol=1e-16)
+
+
+def test_the_rule_from_sums_of_parts_equals_the_rule_on_the_rows():
+    from sklaplace._laplace.holdout import choice_from_sums, loss_sums
+
+    rng = np.random.RandomState(0)
+    for trial in range(200):
+        n = rng.randint(2, 60)
+        curve = (np.linspace(-1, 1, 9) - rng.uniform(-1, 1)) ** 2 * rng.choice([1e-3, 1e-2, 1])
+        losses = curve[:, None] + rng.randn(9, n) * rng.choice([1e-3, 0.05])
+        parts = [loss_sums(part) for part in np.array_split(losses, 3, axis=1)]
+        total = [sum(p[i] for p in parts) for i in range(3)]
+        assert choice_from_sums(*total) == one_standard_error_choice(losses), trial
