@@ -165,8 +165,6 @@ def test_unsupported_and_mismatched_inputs(client, three_classes):
     with pytest.raises(ValueError, match="multilabel"):
         LaplaceClassifier(net=FrozenEstimator(net)).fit(
             Xd, da.from_array(np.c_[y > 0, y > 1].astype(int), chunks=(60, 2)))
-    with pytest.raises(ValueError, match="hyperparameter_tuning='online'"):
-        LaplaceRegressor(hyperparameter_tuning="online").fit(Xd, da.from_array(X[:, 0], chunks=60))
     with pytest.raises(ValueError, match="hyperparameter_tuning='cv'"):
         LaplaceRegressor(hyperparameter_tuning="cv").fit(Xd, da.from_array(X[:, 0], chunks=60))
 
@@ -201,10 +199,15 @@ def test_trained_regressor_default_configuration(client):
     y = 3 * X[:, 0] + np.sin(X[:, 1]) + 0.3 * rng.randn(1_000) + 10
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        memory = LaplaceRegressor(solver="lbfgs", hyperparameter_tuning="evidence",
-                                  hidden_layer_sizes=(10,), max_epochs=40, random_state=0).fit(X, y)
+        memory = LaplaceRegressor(solver="lbfgs", hidden_layer_sizes=(10,), max_epochs=40,
+                                  random_state=0).fit(X, y)
         dist = LaplaceRegressor(hidden_layer_sizes=(10,), max_epochs=40, random_state=0).fit(
             da.from_array(X, chunks=500), da.from_array(y, chunks=500))
+    # "online": the evidence's δ and σ updated during training, from sums over the partitions
+    assert dist.hyperparameter_tuning_ == memory.hyperparameter_tuning_ == "online"
+    assert [h["epoch"] for h in dist.evidence_history_] == \
+        [h["epoch"] for h in memory.evidence_history_]
+    np.testing.assert_allclose(dist.prior_precision_, memory.prior_precision_, rtol=0.05)
     assert dist.sigma_noise_ == pytest.approx(memory.sigma_noise_, rel=0.05)
     mean = dist.predict(da.from_array(X, chunks=500)).compute()
     np.testing.assert_allclose(mean, memory.predict(X), atol=0.05)
@@ -327,6 +330,6 @@ def test_default_regressor_on_partitions_picks_the_linear_model(client):
         dist = LaplaceRegressor(max_epochs=20, random_state=0).fit(
             da.from_array(X, chunks=200), da.from_array(y, chunks=200))
     assert dist.hidden_layer_sizes_ == ()
-    assert dist.hyperparameter_tuning_ == "evidence"  # "online" in memory (not on dask)
+    assert dist.hyperparameter_tuning_ == "online"
     assert dist.model_selection_results_["criterion"][0] == "held_out_nll"
     assert dist.sigma_noise_ == pytest.approx(0.3, rel=0.2)

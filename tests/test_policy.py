@@ -42,6 +42,11 @@ def test_continual_tuning_means_the_evidence():
 def test_full_structure_seconds_counts_weight_space_and_kernel_flops():
     assert policy.full_structure_seconds(1000, 1, 100, 1.0) == 1000 * 100**2 + 10 * 100**3
     assert policy.full_structure_seconds(10, 2, 1000, 1.0) == 2 * 20**2 * 1000 + 10 * 20**3
+    # rows in parts: the P × P sum is decomposed whatever N·C
+    assert policy.full_structure_seconds(10, 2, 1000, 1.0, kernel=False) == \
+        20 * 1000**2 + 10 * 1000**3
+    assert policy.all_weights_structure(True, 800, 1, 2801) == "full"
+    assert policy.all_weights_structure(True, 800, 1, 2801, kernel=False) == "kron"
 
 
 @pytest.mark.parametrize("n_params, all_linear, fits, expected", [

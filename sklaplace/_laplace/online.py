@@ -98,9 +98,13 @@ class OnlineEvidence(Callback):
         self.sigma_noise_ = torch.as_tensor(net.criterion_.sigma_noise,
                                             dtype=torch.float64).cpu()
 
+    def due(self, epoch):
+        """Whether an update follows ``epoch`` (counted from 1)."""
+        return not (epoch <= self.burn_in or (epoch - self.burn_in) % self.frequency)
+
     def on_epoch_end(self, net, dataset_train=None, **kwargs):
         epoch = len(net.history)
-        if epoch <= self.burn_in or (epoch - self.burn_in) % self.frequency:
+        if not self.due(epoch):
             return
         if not all(torch.isfinite(p).all() for p in net.module_.parameters()):
             return  # a diverged net has no curvature; train_map reports the divergence
@@ -118,12 +122,18 @@ class OnlineEvidence(Callback):
         crit = net.criterion_
         delta, sigma, value = self.update(module, X, y, crit.prior_precision.cpu(),
                                           crit.sigma_noise.cpu(), weight=weight)
+        self.record(net, epoch, AllWeights(module), delta, sigma, value)
+
+    def record(self, net, epoch, subset, delta, sigma, value):
+        """Feed an update's (δ, σ) back into ``net``'s objective, keep the net's state
+        where its evidence is the best so far, and add it to ``history_``."""
+        crit = net.criterion_
         crit.prior_precision, crit.sigma_noise = delta.to(net.device), sigma.to(net.device)
         if not self.history_ or value > max(h["log_evidence"] for h in self.history_):
             state = {k: v.detach().clone() for k, v in net.module_.state_dict().items()}
             self.best_state_ = (state, crit.prior_precision, crit.sigma_noise)
             self.best_epoch_ = epoch
-        groups = AllWeights(module).group_index
+        groups = subset.group_index
         starts = np.concatenate([[0], np.flatnonzero(np.diff(groups)) + 1])
         if self.prior_structure == "diag":  # one value per weight
             per_group = delta.expand(len(groups))
@@ -133,7 +143,8 @@ class OnlineEvidence(Callback):
             "epoch": epoch,
             "log_evidence": value,
             "prior_precision": per_group.numpy().copy(),
-            "sigma_noise": sigma.numpy().copy() if likelihood.has_noise else None,
+            "sigma_noise": (sigma.numpy().copy() if likelihoods.get(self.likelihood).has_noise
+                            else None),
         })
 
     def _maximize(self, evidence, log_delta, groups, sigma0):
@@ -168,10 +179,14 @@ class OnlineEvidence(Callback):
                                           self.curvature, self.lowrank_rank, weight=weight,
                                           eigenvalues_only=spectrum)
             f = subset.forward(X)
-        gaussian = likelihood.has_noise
         evidence = Evidence.at_fit(posterior, subset.theta, likelihood, f, y, weight,
                                    self.temperature, self.curvature)
+        return self.tune(evidence, subset, prior_precision, sigma_noise)
 
+    def tune(self, evidence, subset, prior_precision, sigma_noise):
+        """The round's steps on the ``evidence`` of the current net (of rows in memory, or
+        of sums over partitions): (δ per parameter or 0-d, σ, log evidence)."""
+        gaussian = likelihoods.get(self.likelihood).has_noise
         groups = PriorGroups(self.prior_structure, subset)
         log_delta = groups.log_start(prior_precision).requires_grad_(True)
         params = [log_delta]

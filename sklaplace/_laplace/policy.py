@@ -72,23 +72,31 @@ def continual_tuning(hyperparameter_tuning):
 
 
 # ---------------------------------------------------------------- subset and structure
-def full_structure_seconds(n_rows, n_out, n_params, flops_per_second=ASSUMED_FLOPS):
+def full_structure_seconds(n_rows, n_out, n_params, flops_per_second=ASSUMED_FLOPS,
+                           kernel=True):
     """Estimated seconds to build and eigendecompose a full curvature of P weights.
 
     N·C ≥ P: Σ_n J_nᵀ Λ_n J_n costs N·C·P² and the P × P eigendecomposition about
     10·P³ (tridiagonalization plus eigenvectors); N·C < P: the N·C × N·C kernel
     costs (N·C)²·P to build, 10·(N·C)³ to decompose and (N·C)²·P for the vectors.
+    ``kernel=False``: rows in parts (dask partitions), whose P × P sum is decomposed
+    whatever N·C (the kernel would need all rows' Jacobians in one place).
     """
     m = n_rows * n_out
-    flops = m * n_params**2 + 10 * n_params**3 if m >= n_params else 2 * m**2 * n_params + 10 * m**3
+    if m >= n_params or not kernel:
+        flops = m * n_params**2 + 10 * n_params**3
+    else:
+        flops = 2 * m**2 * n_params + 10 * m**3
     return flops / flops_per_second
 
 
-def all_weights_structure(all_linear, n_rows, n_out, n_params, fits=True):
+def all_weights_structure(all_linear, n_rows, n_out, n_params, fits=True, kernel=True):
     """``hessian_structure="auto"`` over all weights: the full GGN when it is estimated
-    within AUTO_FULL_SECONDS and its Jacobians fit the memory budget; else Kronecker
-    factors when every trainable tensor sits in an ``nn.Linear``; else the diagonal."""
-    if fits and full_structure_seconds(n_rows, n_out, n_params) <= AUTO_FULL_SECONDS:
+    within AUTO_FULL_SECONDS (``kernel``: :func:`full_structure_seconds`) and its
+    Jacobians fit the memory budget; else Kronecker factors when every trainable tensor
+    sits in an ``nn.Linear``; else the diagonal."""
+    if fits and full_structure_seconds(n_rows, n_out, n_params,
+                                       kernel=kernel) <= AUTO_FULL_SECONDS:
         return "full"
     return "kron" if all_linear else "diag"
 
@@ -108,13 +116,14 @@ def kron_or_diag(structure, refine, holds_prior):
 
 
 def choose_subset(subset_of_weights, hessian_structure, n_rows, n_out, n_params, all_linear,
-                  fits):
+                  fits, kernel=True):
     """(kind, structure) of the requested settings for a net of ``n_params`` weights;
     the structure may stay ``"auto"`` until the subset's size is known
     (:func:`finish_structure`).
 
     ``fits``: the Jacobians of all weights fit the memory budget; ``all_linear``: the
-    probe's answer, or a callable that probes (run only when the choice needs it).
+    probe's answer, or a callable that probes (run only when the choice needs it);
+    ``kernel``: as :func:`full_structure_seconds`.
     ``"auto"`` over which
     weights: all of them with the full structure within its time and memory, or with
     the structure asked for; a net the diagonal would be left with takes the last layer.
@@ -123,12 +132,12 @@ def choose_subset(subset_of_weights, hessian_structure, n_rows, n_out, n_params,
     if structure == "auto" and kind in ("all", "auto") and callable(all_linear):
         all_linear = all_linear()
     if kind == "all" and structure == "auto":
-        structure = all_weights_structure(all_linear, n_rows, n_out, n_params, fits)
+        structure = all_weights_structure(all_linear, n_rows, n_out, n_params, fits, kernel)
     if kind == "auto":
         if structure == "full":
             kind = "all" if n_params <= AUTO_FULL_MAX_PARAMS and fits else "last_layer"
         elif structure == "auto":
-            structure = all_weights_structure(all_linear, n_rows, n_out, n_params, fits)
+            structure = all_weights_structure(all_linear, n_rows, n_out, n_params, fits, kernel)
             kind, structure = ("all", structure) if structure != "diag" else ("last_layer", "auto")
         else:
             kind = "all"
@@ -149,10 +158,10 @@ def finish_structure(kind, structure, n_params, hessian_structure, refine, holds
 
 
 # ---------------------------------------------------------------- guards
-def check_time(structure, n_rows, n_out, n_params, device_type, log=None):
+def check_time(structure, n_rows, n_out, n_params, device_type, log=None, kernel=True):
     """Warn before a full / low-rank curvature estimated beyond the time budget."""
     rate = ASSUMED_FLOPS if device_type == "cpu" else ASSUMED_CUDA_FLOPS
-    seconds = full_structure_seconds(n_rows, n_out, n_params, rate)
+    seconds = full_structure_seconds(n_rows, n_out, n_params, rate, kernel)
     if log is not None:
         log(f"{structure} curvature of {n_params} weights on {n_rows} rows × {n_out} "
             f"outputs: estimated {seconds:.3g} s")

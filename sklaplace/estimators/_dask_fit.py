@@ -8,7 +8,8 @@ gathers the rows: the client holds the pieces (a P × P matrix at most, within t
 memory budget), two probe rows and the few rows that extend the training range.
 
 Scope: a ``FrozenEstimator`` net with every structure and subset, the evidence, held-out
-(``"cv"``, the classifier's) or no tuning and the variance outside the training range;
+(``"cv"``, the classifier's), online (a trained net's) or no tuning and the variance
+outside the training range;
 with a net to train, the default configuration (:mod:`._dask_train`, the sequence in
 :mod:`._dask_sequence`). Any other parameter gets a ``ValueError`` naming it.
 """
@@ -23,7 +24,7 @@ from sklearn.frozen import FrozenEstimator
 from .._laplace import policy
 from ._dask import compute, row_parts, share, tree_reduce
 from ._dask_holdout import held_out_choice
-from ._fitting import resolve_subset
+from ._fitting import online_choice, resolve_subset
 from .._laplace import likelihoods, nets
 from .._laplace import partial as parts
 from .._laplace import tuning as tuners
@@ -219,7 +220,8 @@ def laplace_on_parts(estimator, pairs, stats, classifier, net_, target_info, tun
                      held_out=None, chosen=None, report=None):
     """The :class:`FittedLaplace` of the frozen net (``net_`` None) or of the trained
     ``net_`` on the partitions ``pairs`` (``stats``: their first pass), tuned by
-    ``tuning``: the evidence, None, or ``"cv"``, by the held-out rows ``held_out``
+    ``tuning``: the evidence, ``"online"`` (the values of the updates during the
+    training of ``net_``), None, or ``"cv"``, by the held-out rows ``held_out``
     (:func:`._dask_holdout.held_out_choice`) or at the ``chosen`` hyperparameters of a
     held-out pass. ``target_info``: :func:`_targets` of all rows; ``report``: the fit's
     diagnostics (the held-out NLL of a refit's choice)."""
@@ -255,7 +257,8 @@ def laplace_on_parts(estimator, pairs, stats, classifier, net_, target_info, tun
     if structure == "kron" and not holds:
         _refuse("hessian_structure", "kron", "it needs one prior precision per tensor.")
     if structure in ("full", "lowrank"):
-        policy.check_time(structure, n_rows, width, subset.n_params, device.type, s.log)
+        policy.check_time(structure, n_rows, width, subset.n_params, device.type, s.log,
+                          kernel=False)
     rank = (s.lowrank_rank or default_lowrank_rank(subset.n_params)
             if structure == "lowrank" else None)
     jackknife = (classifier and s.extrapolation_variance == "auto" and s.pred_type != "nn"
@@ -277,10 +280,18 @@ def laplace_on_parts(estimator, pairs, stats, classifier, net_, target_info, tun
         hyper, report["validation_nll"] = held_out_choice(
             evidence, subset, held_out, units, link, hyper0.sigma,
             sampled=s.pred_type == "nn", n_samples=s.n_samples, seed=prediction_seed)
-    elif tuning == "evidence":
+    elif tuning in ("evidence", "online"):
         spread = None if classifier else _model_spread(stats, targets)
-        hyper = tuners.by_evidence(evidence, subset, s.prior_structure, s.prior_precision,
-                                   hyper0.sigma, None, spread=spread)
+
+        def by_evidence(sigma):
+            return tuners.by_evidence(evidence, subset, s.prior_structure, s.prior_precision,
+                                      sigma, None, spread=spread)
+
+        if tuning == "evidence":
+            hyper = by_evidence(hyper0.sigma)
+        else:  # the values the updates during training ended with
+            hyper, report["evidence_history"] = online_choice(
+                s, net_, targets, n_rows, kind, structure, by_evidence, hyper0.sigma)
     scale = hyper.scale(likelihood.has_noise, s.curvature, s.temperature)
     fitted = FittedLaplace(
         likelihood=likelihood, subset=subset,

@@ -17,10 +17,11 @@ The steps are the in-memory ``BaseLaplace._fit``'s, with the rows left on the wo
   ``REFIT_START``) with its LA at the held-out δ. The in-memory option of pooling δ
   over folds (``_crossfit``) is off by default and not done here.
 
-The regressor's ``"auto"`` tuning, ``"online"`` in memory (the evidence's δ and σ
-updated during training), is the evidence after training on dask input, as it was;
-``"online"`` and the regressor's ``"cv"`` (a search of σ per δ over the held-out rows)
-are refused there, naming ``hyperparameter_tuning``.
+The regressor's ``"auto"`` tuning is ``"online"`` as in memory: every
+``online_frequency`` epochs the curvature of the current net is a reduction over the
+partitions and the evidence's δ and σ feed back into the objective
+(:func:`._dask_train._online_update`). The regressor's ``"cv"`` (a search of σ per δ over
+the held-out rows) is refused there, naming ``hyperparameter_tuning``.
 """
 
 import numpy as np
@@ -60,7 +61,8 @@ def fit_dask(estimator, X, y):
 
     def train(parts, part_stats, init=None, what="MAP training"):
         return (None if frozen else
-                train_on_parts(estimator, parts, part_stats, info, hidden, init, what))
+                train_on_parts(estimator, parts, part_stats, info, hidden, init, what,
+                               online=tuning == "online"))
 
     chosen = report = init = None
     if tuning == "cv":
@@ -90,16 +92,9 @@ def _recorded(estimator):
 
 
 def _tuning(estimator, n_rows, frozen, classifier):
-    """``hyperparameter_tuning_`` on dask input: the in-memory policy of the global N,
-    the regressor's ``"online"`` default as the evidence."""
+    """``hyperparameter_tuning_`` on dask input: the in-memory policy of the global N."""
     net = estimator.net.estimator if frozen else None
     value = estimator._resolve_tuning(n_rows, net, None)
-    if value == "online" and estimator.hyperparameter_tuning == "auto":
-        return "evidence"
-    if value == "online":
-        _refuse("hyperparameter_tuning", "online",
-                "the evidence's updates during training are not implemented there; use "
-                "'auto' or 'evidence' (the evidence after training).")
     if value == "cv" and not classifier:
         _refuse("hyperparameter_tuning", "cv",
                 "the regressor's held-out search of sigma_noise per prior precision is not "
@@ -128,7 +123,8 @@ def _select(estimator, s, pairs, stats, classifier, info, tuning, sizes, seed):
 
     def fit_one(c):
         net = train_on_parts(estimator, fit_pairs, fit_stats, info, c,
-                             what=f"hidden_layer_sizes={c}: MAP training")
+                             what=f"hidden_layer_sizes={c}: MAP training",
+                             online=tuning == "online")
         fitted = laplace_on_parts(estimator, fit_pairs, fit_stats, classifier, net, info,
                                   tuning, held_out=held if tuning == "cv" and not by_evidence
                                   else None)
@@ -149,7 +145,8 @@ def _select(estimator, s, pairs, stats, classifier, info, tuning, sizes, seed):
         report = None if chosen is None else {"validation_nll": fitted.report["validation_nll"]}
         init = net.module_ if selection.REFIT_START == "warm" else None
         net = train_on_parts(estimator, pairs, stats, info, sizes[best], init,
-                             what=f"MAP training on all {stats['rows']} rows")
+                             what=f"MAP training on all {stats['rows']} rows",
+                             online=tuning == "online")
         fitted = laplace_on_parts(estimator, pairs, stats, classifier, net, info, tuning,
                                   chosen=chosen, report=report)
     store(estimator, net, fitted)

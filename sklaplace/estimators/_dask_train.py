@@ -19,13 +19,16 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from ._dask import compute, share, tree_reduce
-from ._dask_fit import _as_rows
+from ._dask_fit import _as_rows, reduce_sums
 from .._laplace import likelihoods, nets
+from .._laplace import partial as parts
+from .._laplace.curvature import default_lowrank_rank
+from .._laplace.subsets import AllWeights
 from .._laplace.convergence import Converged, Convergence
 from .._laplace.hyperparameters import Hyperparameters
 from .._laplace.prior import tensor_sizes
 from .._laplace.threads import seeded
-from ._training import settings_of
+from ._training import online_callbacks, settings_of
 from ._validation import check_seed
 
 #: Parameters a fit that trains its net on dask input may set.
@@ -34,18 +37,20 @@ TRAIN_PARAMETERS = frozenset({
     "prior_precision", "hyperparameter_tuning", "validation_fraction", "subset_of_weights",
     "hessian_structure",
     "lowrank_rank", "link_approx", "n_samples", "extrapolation_variance", "random_state",
-    "verbose"})
+    "verbose", "online_frequency", "online_burn_in", "online_steps", "online_lr"})
 
 #: Rows per autograd pass within a partition.
 CHUNK_ROWS = 16384
 
 
 def train_on_parts(estimator, pairs, stats, target_info, sizes, init_module=None,
-                   what="MAP training"):
+                   what="MAP training", online=False):
     """The default MLP of hidden widths ``sizes`` trained to the MAP by L-BFGS over the
     partitions ``pairs`` (``stats``: their first pass; ``target_info``: the targets of
     all rows, :func:`._dask_fit._targets`), from the weights of ``init_module`` where
-    given (a warm refit); a skorch net with its epochs' ``train_loss`` in ``history``."""
+    given (a warm refit); a skorch net with its epochs' ``train_loss`` in ``history``.
+    ``online``: ``"online"`` tuning's updates during training (:func:`_online_update`),
+    its callback in the net's ``callbacks_`` as in memory."""
     import dask
 
     s = settings_of(estimator)
@@ -74,14 +79,20 @@ def train_on_parts(estimator, pairs, stats, target_info, sizes, init_module=None
     # read and converted once, kept on the workers for every round
     rows = list(dask.persist(*[dask.delayed(_training_rows)(p, units, criterion, dtype)
                                for p in pairs]))
-    static = share((net.module_, criterion))
+    static = [share((net.module_, criterion))]  # shared again after an online update
+    callback = None
+    if online:
+        callback = online_callbacks(s, likelihood, sizes, True, None, n_outputs, n_rows=n_rows,
+                                    spread=_pooled_spread(stats, target_info[3])
+                                    if likelihood.has_noise else None)[0].initialize()
+        net.callbacks_.append(("online_evidence", callback))
     s.log(f"{what} on {len(pairs)} dask partitions ({n_rows} rows): full-batch L-BFGS")
 
     def closure():
         optimizer.zero_grad()
         theta = torch.nn.utils.parameters_to_vector(params).detach()
         shared = share(theta)  # once per round
-        pieces = [_delayed_loss(part, static, shared) for part in rows]
+        pieces = [_delayed_loss(part, static[0], shared) for part in rows]
         (total,) = compute(tree_reduce(pieces, _add_loss))
         scale = 1.0 / (n_rows * s.temperature)
         prior = criterion.prior_term()
@@ -104,6 +115,9 @@ def train_on_parts(estimator, pairs, stats, target_info, sizes, init_module=None
             raise ValueError(
                 "MAP training diverged (the loss is not finite); scale the features and "
                 "targets.")
+        if callback is not None and callback.due(len(net.history)):
+            _online_update(callback, net, pairs, likelihood, units, n_outputs, s.curvature)
+            static[0] = share((net.module_, criterion))  # σ of the workers' NLL
         try:
             rule.on_epoch_begin(net)
             rule.on_epoch_end(net)
@@ -116,8 +130,42 @@ def train_on_parts(estimator, pairs, stats, target_info, sizes, init_module=None
             f"training loss did not stay within tol={s.tol} of its best for n_iter_no_change="
             f"{s.n_iter_no_change} epochs. Raise max_epochs (or tol), or scale the features "
             "and targets.", ConvergenceWarning)
+    if callback is not None:
+        callback.on_train_end(net)  # the best update's net, δ and σ, as in memory
     net.module_.eval()
     return net
+
+
+def _pooled_spread(stats, targets):
+    """The std of all target cells in model units (``np.std`` of ``y_model``, in memory)
+    from the first pass's per-output sums."""
+    n = stats["rows"]
+    mean = stats["y_sum"] / n
+    var = np.maximum(stats["y_sq"] / n - mean**2, 0.0) / targets.std**2
+    model_mean = (mean - targets.mean) / targets.std
+    return float(np.sqrt(max(np.mean(var + model_mean**2) - np.mean(model_mean) ** 2, 0.0)))
+
+
+def _online_update(callback, net, pairs, likelihood, units, n_outputs, curvature):
+    """One update of ``"online"`` tuning (:class:`._laplace.online.OnlineEvidence`) on
+    the partitions: the curvature of the net's weights as sums over them, the evidence
+    from the sums, the callback's steps on it."""
+    if not all(torch.isfinite(p).all() for p in net.module_.parameters()):
+        return  # the loss check reports the divergence
+    module = copy.deepcopy(net.module_).to(torch.float64).eval()
+    subset = AllWeights(module)
+    structure = callback.hessian_structure
+    out_scale = torch.ones(n_outputs, dtype=torch.float64)
+    sums = reduce_sums(pairs, subset, likelihood, out_scale, curvature, units, structure)
+    rank = (callback.lowrank_rank or default_lowrank_rank(subset.n_params)
+            if structure == "lowrank" else None)
+    posterior = parts.posterior_from_sums(structure, subset, sums, rank)
+    evidence = parts.evidence_from_sums(posterior, subset.theta.detach(), likelihood, sums,
+                                        callback.temperature, curvature)
+    crit = net.criterion_
+    delta, sigma, value = callback.tune(evidence, subset, crit.prior_precision.cpu(),
+                                        crit.sigma_noise.cpu())
+    callback.record(net, len(net.history), subset, delta, sigma, value)
 
 
 def _delayed_loss(pair, static, theta):

@@ -68,8 +68,9 @@ def resolve_subset(s, likelihood, module, net_module, X, y, out_scale, n_out, hy
     earlier tasks' structure; otherwise :func:`_policy.choose_subset` and
     :func:`_policy.finish_structure` (a last layer the LA cannot read: "auto" takes
     all weights, diagonal). ``holds``: whether Kronecker factors can hold the prior.
-    Rows in parts: ``X`` probes the net, ``n_rows`` counts all rows and ``diag_of``
-    gives a subnetwork's diagonal curvature."""
+    Rows in parts (``diag_of`` given): ``X`` probes the net, ``n_rows`` counts all rows,
+    ``diag_of`` gives a subnetwork's diagonal curvature, and the full structure's cost
+    is the P × P route's (:func:`._laplace.policy.full_structure_seconds`)."""
     n_all = sum(tensor_sizes(module))
     n_rows = X.shape[0] if n_rows is None else n_rows
     fits = jacobian_bytes(n_rows, n_out, n_all) <= memory_budget(X.device)
@@ -84,7 +85,7 @@ def resolve_subset(s, likelihood, module, net_module, X, y, out_scale, n_out, hy
         return subset, "all", policy.kron_or_diag(structure, s.refine, holds)
     kind, structure = policy.choose_subset(
         s.subset_of_weights, s.hessian_structure, n_rows, n_out, n_all,
-        lambda: all_linear(module, X), fits)
+        lambda: all_linear(module, X), fits, kernel=diag_of is None)
     if kind == "all":
         subset = AllWeights(module)
     elif kind == "last_layer":
@@ -218,25 +219,8 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
     elif tuning == "evidence":
         hyper = by_evidence(sigma_init)
     elif tuning == "online":
-        callback = online_callback(net)
-        hyper, report["evidence_history"] = online_result(s, callback, targets, n_rows)
-        if not report["evidence_history"]:
-            warnings.warn(
-                "hyperparameter_tuning='online' made no update: training ran "
-                f"{len(net.history)} epochs, fewer than online_burn_in + "
-                f"online_frequency = {s.online_burn_in} + {s.online_frequency}. The "
-                "prior (and σ) were tuned post hoc by the evidence instead; raise max_epochs "
-                "or lower online_frequency / online_burn_in.",
-                UserWarning,
-            )
-            hyper = by_evidence(sigma_init)
-        elif (kind, structure) != ("all", callback.hessian_structure):
-            # The LA that predicts is not the one the updates tuned (a net not made of
-            # nn.Linear layers beyond the full budget: the last layer, full): δ (and σ)
-            # re-tuned on its evidence. On two BatchNorm regressors this gave test NLL
-            # 5.44 / 1.48 against 5.47 / 1.52 with the online δ and 5.53 / 1.58 for the
-            # diagonal LA over all weights the updates used (3 splits each).
-            hyper = by_evidence(hyper.sigma)
+        hyper, report["evidence_history"] = online_choice(s, net, targets, n_rows, kind,
+                                                          structure, by_evidence, sigma_init)
     if chosen is None and tuning is not None:
         how = "held-out NLL" if validation is not None else tuning
         s.log(f"tuning ({how}) in {time.perf_counter() - tuning_start:.2f} s")
@@ -276,6 +260,32 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
     hyper, outside = _outside_variance(s, hyper, tuning, task, validation, fitted.glm_moments,
                                        Xt, yt, wt, None if likelihood.regression else scorers)
     return dataclasses.replace(fitted, hyper=hyper, outside=outside)
+
+
+def online_choice(s, net, targets, n_rows, kind, structure, by_evidence, sigma_init):
+    """(Hyperparameters, history) of ``"online"`` tuning: the values training ended with;
+    the evidence after training where no update was made (a warning) or where the LA
+    that predicts is not the one the updates tuned. ``by_evidence(σ)``: that tuner."""
+    callback = online_callback(net)
+    hyper, history = online_result(s, callback, targets, n_rows)
+    if not history:
+        warnings.warn(
+            "hyperparameter_tuning='online' made no update: training ran "
+            f"{len(net.history)} epochs, fewer than online_burn_in + "
+            f"online_frequency = {s.online_burn_in} + {s.online_frequency}. The "
+            "prior (and σ) were tuned post hoc by the evidence instead; raise max_epochs "
+            "or lower online_frequency / online_burn_in.",
+            UserWarning,
+        )
+        hyper = by_evidence(sigma_init)
+    elif (kind, structure) != ("all", callback.hessian_structure):
+        # The LA that predicts is not the one the updates tuned (a net not made of
+        # nn.Linear layers beyond the full budget: the last layer, full): δ (and σ)
+        # re-tuned on its evidence. On two BatchNorm regressors this gave test NLL
+        # 5.44 / 1.48 against 5.47 / 1.52 with the online δ and 5.53 / 1.58 for the
+        # diagonal LA over all weights the updates used (3 splits each).
+        hyper = by_evidence(hyper.sigma)
+    return hyper, history
 
 
 def _outside_variance(s, hyper, tuning, task, validation, moments, X, y, weight, scorers):

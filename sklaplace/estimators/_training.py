@@ -154,13 +154,19 @@ def train(s, net, frozen, X, y_model, likelihood, hyper, sizes, seed, sample_wei
     return trained, warm_epochs + n_iter, curve
 
 
-def online_callbacks(s, likelihood, sizes, linear, y_model, n_out, sample_weight=None):
+def online_callbacks(s, likelihood, sizes, linear, y_model, n_out, sample_weight=None, *,
+                     n_rows=None, spread=None):
     """The :class:`OnlineEvidence` callback of ``"online"`` tuning, with the structure
-    the final LA takes (:func:`resolve_subset`)."""
+    the final LA takes (:func:`resolve_subset`). Rows in parts (``y_model`` None):
+    their number ``n_rows`` and the targets' ``spread`` (model units)."""
+    in_parts, n_rows = n_rows is not None, len(y_model) if n_rows is None else n_rows
+    if spread is None and likelihood.has_noise:
+        spread = float(weighted_spread(y_model, sample_weight))
     structure = s.hessian_structure
     if structure == "auto":
         structure = policy.kron_or_diag(
-            policy.all_weights_structure(linear, len(y_model), n_out, sum(sizes)), s.refine,
+            policy.all_weights_structure(linear, n_rows, n_out, sum(sizes),
+                                         kernel=not in_parts), s.refine,
             policy.kron_holds_prior(s.prior_structure, s.prior_precision, sizes))
     gaussian = likelihood.has_noise
     return [OnlineEvidence(
@@ -168,7 +174,7 @@ def online_callbacks(s, likelihood, sizes, linear, y_model, n_out, sample_weight
         prior_structure=s.prior_structure, frequency=s.online_frequency,
         burn_in=s.online_burn_in, n_steps=s.online_steps, lr=s.online_lr,
         temperature=s.temperature, lowrank_rank=s.lowrank_rank,
-        sigma_floor=1e-3 * float(weighted_spread(y_model, sample_weight)) if gaussian else 0.0,
+        sigma_floor=1e-3 * spread if gaussian else 0.0,
         sample_weight=sample_weight,
     )]
 
