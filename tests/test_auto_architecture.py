@@ -17,7 +17,7 @@ from sklaplace.nets import MLP
 
 FAST = dict(max_epochs=40, lr=0.03, random_state=0)
 FIELDS = {"hidden_layer_sizes", "n_params", "criterion", "held_out_nll", "log_evidence",
-          "fit_time", "rank"}
+          "fit_time", "training_prior_precision", "rank"}
 
 
 def logistic_rows(n=400, d=8, seed=0):
@@ -93,6 +93,7 @@ def test_model_selection_results_fields(monkeypatch):
     assert np.all(np.isfinite(r["held_out_nll"])) and np.all(np.isfinite(r["log_evidence"]))
     assert np.all(r["fit_time"] > 0)
     assert sorted(r["rank"]) == [1, 2]
+    assert r["training_prior_precision"] == [1.0, 1.0]  # one class per row: never retried
     chosen = r["hidden_layer_sizes"][list(r["rank"]).index(1)]
     assert est.hidden_layer_sizes_ == chosen
     assert est.validation_nll_ == pytest.approx(r["held_out_nll"].min())

@@ -342,3 +342,63 @@ def test_integer_sample_weights_equal_duplicated_rows():
     np.testing.assert_allclose(weighted.predict_proba(X), repeated.predict_proba(X),
                                rtol=1e-9, atol=1e-12)
     assert weighted.prior_precision_ == pytest.approx(repeated.prior_precision_, rel=1e-9)
+
+
+def _noise_labels(n=120, seed=0):
+    """Labels independent of the features: a hidden layer can only overfit them."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, D)), (rng.random((n, N_LABELS)) < 0.5).astype(int)
+
+
+def test_a_candidate_that_overfits_is_trained_again_under_a_stronger_prior():
+    """Multilabel y: a candidate that does not improve on the held-out NLL while that NLL
+    asks for a posterior broader than its training prior is trained once more at
+    DECAY_STEP × the prior precision; the search ends there, and the chosen fit's refit on
+    all rows trains under the prior of its row."""
+    from sklaplace.estimators._selection import DECAY_STEP
+
+    X, Y = _noise_labels()
+    est = LaplaceClassifier(hidden_layer_sizes=[(), (16,), (16, 16)], max_epochs=60, lr=0.05,
+                            prior_precision=0.5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, Y)
+    r = est.model_selection_results_
+    assert r["hidden_layer_sizes"] == [(), (16,), (16,), (16, 16)]
+    assert r["training_prior_precision"] == [0.5, 0.5, 0.5 * DECAY_STEP, 0.5]
+    nll = r["held_out_nll"]
+    assert not nll[1] < nll[0]  # (16,) under the given prior did not improve …
+    assert np.isnan(nll[3]) and r["fit_time"][3] == 0  # … and (16, 16) was not fitted
+    best = int(np.argmin(nll[:3]))
+    assert list(r["rank"]).index(1) == best
+    trained_under = est.net_.criterion_.prior_precision
+    assert float(trained_under) == r["training_prior_precision"][best]
+    assert est.hidden_layer_sizes_ == r["hidden_layer_sizes"][best]
+
+
+def test_the_retry_rule_reads_the_held_out_choice_against_the_training_prior():
+    from types import SimpleNamespace
+
+    from sklaplace.estimators._selection import overfits
+
+    def fit(delta, tuning="cv"):
+        return SimpleNamespace(tuning=tuning, hyper=SimpleNamespace(prior_precision=delta))
+
+    worse = [((), 15, 0.50), ((8,), 60, 0.55)]
+    better = [((), 15, 0.50), ((8,), 60, 0.45)]
+    assert overfits(worse, fit(0.1), 1.0) and overfits(worse, fit(1.0), 1.0)
+    assert not overfits(worse, fit(3.0), 1.0)  # the posterior narrower than the prior
+    assert not overfits(better, fit(0.1), 1.0)  # it improved: the search goes on
+    assert not overfits(worse[:1], fit(0.1), 1.0)  # the first candidate
+    assert not overfits(worse, fit(0.1, "evidence"), 1.0)
+    assert not overfits(worse, fit(0.1), np.ones(4))  # a prior per tensor
+
+
+def test_one_class_per_row_is_never_trained_again():
+    X, Y = _noise_labels()
+    est = LaplaceClassifier(hidden_layer_sizes=[(), (16,)], max_epochs=60, lr=0.05,
+                            random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, Y[:, 0])
+    assert est.model_selection_results_["training_prior_precision"] == [1.0, 1.0]

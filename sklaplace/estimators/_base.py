@@ -109,23 +109,24 @@ class BaseLaplace(BaseEstimator):
                                  "indicator matrix); use model_averaging=False.")
             split_seed = int(rng.randint(0, 2**31 - 1))
             stratify = not (pipe.likelihood.regression or pipe.likelihood.multilabel)
-            *fit, sizes, results, mixture = selection.select(
+            *fit, (sizes, scale), results, mixture = selection.select(
                 s, s.hidden_layer_sizes, X, y_model, n_outputs, sample_weight,
                 tuning=tuning_, seed=split_seed, stratify=stratify, prepare=prepare,
                 scorers=pipe.scorers, offset=self._evidence_offset,
-                averaging=self.model_averaging)
+                averaging=self.model_averaging,
+                retry_overfit=pipe.likelihood.multilabel and selection.DECAY_STEP != 1)
             split = validation_split(len(X), s.validation_fraction, split_seed,
                                      labels=y_model if stratify else None)
 
-            def refit(sizes, fit):
+            def refit(sizes, fit, scale=1.0):
                 return self._refit(s, prepare(sizes, "lbfgs" if sizes == () and s.solver == "adam"
-                                              else None), fit, X, y_model, sample_weight,
-                                   split, split_seed + 1)
+                                              else None, scale), fit, X, y_model,
+                                   sample_weight, split, split_seed + 1)
 
             if mixture is not None:
                 return averaging.store(self, *mixture, results, refit)
             if selection.REFIT:  # see _selection
-                fit = refit(sizes, fit)
+                fit = refit(sizes, fit, scale)
             self._store(*fit)
             self.hidden_layer_sizes_, self.model_selection_results_ = sizes, results
             return self
@@ -185,17 +186,22 @@ class BaseLaplace(BaseEstimator):
         return net_, n_iter, curve, refit
 
     def _pipeline(self, s, X, n_outputs, likelihood_default, tuning_, targets, train_seed,
-                  prediction_seed, sizes, solver=None):
+                  prediction_seed, sizes, solver=None, prior_scale=1.0):
         """One architecture's steps (the default MLP of ``sizes`` trained by ``solver``,
-        or ``s.net``): ``train``, ``laplace`` (:func:`fit_laplace`), ``callbacks``."""
+        or ``s.net``): ``train``, ``laplace`` (:func:`fit_laplace`), ``callbacks``;
+        ``prior_scale`` multiplies the prior precision of MAP training (a selection's
+        stronger weight decay, :mod:`._selection`)."""
         if sizes is not None:
             s = types.SimpleNamespace(**{**vars(s), "hidden_layer_sizes": tuple(sizes),
                                          "solver": solver or s.solver})
+        if prior_scale != 1.0:
+            s = types.SimpleNamespace(**{**vars(s), "prior_precision": prior_scale
+                                         * np.asarray(s.prior_precision, dtype=float)})
         net, frozen, likelihood = prepare_net(s, X.shape[1], n_outputs)
         # (check_params refused a net whose likelihood the estimator does not support)
         likelihood = self._likelihood(likelihood, likelihood_default)
         check_outputs = functools.partial(self._check_outputs, likelihood, n_outputs)
-        hyper0 = Hyperparameters.of(self.prior_precision, self._initial_sigma())
+        hyper0 = Hyperparameters.of(s.prior_precision, self._initial_sigma())
         if frozen is not None:
             sizes, linear, width = None, None, output_width(frozen.module_, X)
             check_outputs(width)

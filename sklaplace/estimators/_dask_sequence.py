@@ -138,7 +138,7 @@ def _select(estimator, s, pairs, stats, classifier, info, tuning, sizes, seed):
         return (net, *training_curve(net), fitted), fitted.subset.n_params, nll, evidence
 
     fits, rows = selection.run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one)
-    best, results = selection.summarize(sizes, rows, by_evidence)
+    best, results = selection.summarize(sizes, rows, by_evidence, s.prior_precision)
     net, n_iter, curve, fitted = fits[best]
     if selection.REFIT:
         chosen = fitted.hyper if fitted.tuning == "cv" else None

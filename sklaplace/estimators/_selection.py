@@ -15,6 +15,15 @@ a further-trained net, 20 % fewer rows) measured worse (``REFIT``, docs/benchmar
 With fewer than ``MIN_HELD_OUT_ROWS`` held-out rows each candidate is trained on all
 rows and the Laplace evidence decides.
 
+Multilabel y (one sigmoid per label): a candidate that does not improve while its
+held-out δ is at or below the prior precision it trained under (:func:`overfits`: the
+held-out rows ask for a posterior at least as broad as the training prior, so its MAP
+is overconfident there) is trained once more at ``DECAY_STEP`` × that prior, scored the
+same way, and the search ends there; the chosen row's prior is the refit's
+(``training_prior_precision`` in the results). On the multilabel scoreboard's synthetic
+sets the (50,) net at 10× wins where at 1× it lost to the linear model; the real tables
+never trigger it (docs/benchmarks.md, "Multilabel classification").
+
 A user's ``net`` skips the selection, and so does an explicit tuple. ``partial_fit``
 keeps one architecture over its tasks: "auto" there means ``CONTINUAL_SIZES``.
 """
@@ -40,6 +49,12 @@ REFIT = True
 REFIT_START = "warm"
 #: Which score chooses: "held_out_nll", or "log_evidence" (measured; not the default).
 CRITERION = "held_out_nll"
+#: Multilabel y: the factor of the prior precision at which a candidate that
+#: overfits (:func:`overfits`) is trained once more (1: never).
+DECAY_STEP = 10.0
+#: How that training starts: "cold" (afresh, from the same initialization) or "warm"
+#: (from the candidate's net under the weaker prior; measured: no faster, no better).
+RETRY_START = "cold"
 #: The candidates of ``hidden_layer_sizes="auto"``, by capacity.
 AUTO_CANDIDATES = ((), (50,), (50, 50))
 #: What "auto" means where one architecture must serve several fits (``partial_fit``).
@@ -128,40 +143,78 @@ def evidence_at_optimum(fitted, s, y_model, weight, spread=None):
     return fitted.log_evidence(hyper.prior_precision, hyper.sigma)
 
 
-def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one):
+def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one, retry=False):
     """Fit the candidates ``sizes`` in order, skipping those after a candidate that did
     not improve on the smaller ones' held-out NLL (the greedy search): (fits, rows),
     None in ``fits`` and NaN scores in ``rows`` where skipped. ``fit_one(sizes)`` → (fit,
     n_params, held-out NLL (NaN with ``by_evidence``), log evidence); the in-memory and
-    the dask fits (:mod:`._dask_select`) share the search."""
-    fits, rows = [], []
+    the dask fits (:mod:`._dask_select`) share the search. ``retry`` (multilabel y, in
+    memory): a candidate that :func:`overfits` is fitted once more by ``fit_one(sizes,
+    DECAY_STEP, its fit)`` (the factor of its training prior), and the search ends there.
+    A row: (sizes, n_params, held-out NLL, log evidence, seconds, training prior factor).
+    """
+    greedy = not by_evidence and CRITERION == "held_out_nll"
+    fits, rows, stop = [], [], False
+
+    def fit_timed(c, *scale_and_fit):
+        start = time.perf_counter()
+        fit, n_params, nll, evidence = fit_one(c, *scale_and_fit)
+        seconds = time.perf_counter() - start
+        name = f"hidden_layer_sizes={c}" + (
+            f" at {scale_and_fit[0]:g}× the prior" if scale_and_fit else "")
+        s.log(f"{name}: held-out NLL {nll:.4f}, log evidence {evidence:.2f} "
+              f"({seconds:.2f} s)")
+        fits.append(fit)
+        rows.append((c, int(n_params), nll, evidence, seconds,
+                     scale_and_fit[0] if scale_and_fit else 1.0))
+
     for c in sizes:
-        greedy = not by_evidence and CRITERION == "held_out_nll"
-        if greedy and len(rows) > 1 and not rows[-1][2] < min(r[2] for r in rows[:-1]):
+        if stop or (greedy and len(rows) > 1
+                    and not rows[-1][2] < min(r[2] for r in rows[:-1])):
             s.log(f"hidden_layer_sizes={c}: skipped (the last candidate did not improve)")
-            rows.append((c, n_weights(c, n_features, n_outputs), np.nan, np.nan, 0.0))
+            rows.append((c, n_weights(c, n_features, n_outputs), np.nan, np.nan, 0.0, 1.0))
             fits.append(None)
             continue
-        start = time.perf_counter()
-        fit, n_params, nll, evidence = fit_one(c)
-        seconds = time.perf_counter() - start
-        s.log(f"hidden_layer_sizes={c}: held-out NLL {nll:.4f}, log evidence "
-              f"{evidence:.2f} ({seconds:.2f} s)")
-        fits.append(fit)
-        rows.append((c, int(n_params), nll, evidence, seconds))
+        fit_timed(c)
+        if retry and greedy and overfits(rows, fits[-1][3], s.prior_precision):
+            s.log(f"hidden_layer_sizes={c}: its held-out δ "
+                  f"{fits[-1][3].hyper.prior_precision:.3g} is at or below the prior it "
+                  f"trained under: trained again at {DECAY_STEP:g}×")
+            fit_timed(c, DECAY_STEP, fits[-1])
+            stop = True
     return fits, rows
 
 
-def summarize(sizes, rows, by_evidence):
+def overfits(rows, fitted, prior_precision):
+    """Whether the last candidate (``rows[-1]``, its fit ``fitted``) did not improve on
+    the smaller ones' held-out NLL while that NLL chose a posterior no narrower than the
+    prior it trained under (held-out δ at or below a scalar training δ): its MAP is
+    overconfident on the held-out rows, a sign that the weight decay was too weak for its
+    capacity."""
+    if len(rows) < 2 or rows[-1][2] < min(r[2] for r in rows[:-1]):
+        return False
+    if np.ndim(prior_precision) != 0 or fitted.tuning != "cv":
+        return False
+    return float(np.asarray(fitted.hyper.prior_precision)) <= float(prior_precision)
+
+
+def _scaled(prior_precision, scale):
+    """``scale`` × a prior precision: a float, or a float array."""
+    value = scale * np.asarray(prior_precision, dtype=float)
+    return float(value) if value.ndim == 0 else value
+
+
+def summarize(sizes, rows, by_evidence, prior_precision):
     """(index of the chosen candidate, ``model_selection_results_``) of the candidates'
-    ``rows`` (:func:`run_candidates`); a ``ConvergenceWarning`` where the largest won."""
+    ``rows`` (:func:`run_candidates`) trained under their factor of ``prior_precision``;
+    a ``ConvergenceWarning`` where the largest won."""
     by_evidence = by_evidence or CRITERION == "log_evidence"
     scores = -np.array([r[3] for r in rows]) if by_evidence else np.array([r[2] for r in rows])
     scores = np.where(np.isnan(scores), np.inf, scores)  # skipped candidates rank last
     best = int(np.argmin(scores))
-    if len(sizes) > 1 and best == len(sizes) - 1:
+    if len(sizes) > 1 and rows[best][0] == sizes[-1]:
         warnings.warn(
-            f"hidden_layer_sizes: the largest candidate {sizes[best]} won the selection "
+            f"hidden_layer_sizes: the largest candidate {sizes[-1]} won the selection "
             f"(by {'the evidence' if by_evidence else 'held-out NLL'}); a larger network "
             "might fit better: pass a list of candidates with larger ones.",
             ConvergenceWarning)
@@ -172,21 +225,24 @@ def summarize(sizes, rows, by_evidence):
         "held_out_nll": np.array([r[2] for r in rows], dtype=float),
         "log_evidence": np.array([r[3] for r in rows], dtype=float),
         "fit_time": np.array([r[4] for r in rows], dtype=float),
+        # the prior precision of each candidate's MAP training
+        "training_prior_precision": [_scaled(prior_precision, r[5]) for r in rows],
         "rank": np.argsort(np.argsort(scores, kind="stable"), kind="stable") + 1,
     }
     return best, results
 
 
 def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stratify,
-           prepare, scorers, offset, averaging=False):
-    """Fit every candidate and keep the best: (net_, n_iter, curve, fitted, chosen
-    sizes, results, mixture); ``mixture`` is None, or with ``averaging`` the candidates
-    ((sizes, fit) per row of ``results``, None where skipped) and their weights
-    (:mod:`._averaging`).
+           prepare, scorers, offset, averaging=False, retry_overfit=False):
+    """Fit every candidate and keep the best: (net_, n_iter, curve, fitted, (chosen
+    sizes, the factor of its training prior), results, mixture); ``mixture`` is None,
+    or with ``averaging`` the candidates ((sizes, fit) per row of ``results``, None
+    where skipped) and their weights (:mod:`._averaging`).
 
-    ``prepare(sizes)`` → the architecture's pipeline (``_base``: ``train``,
-    ``laplace``, ``callbacks``); ``scorers``: the classifier's held-out NLLs (None for
-    the regressor); ``offset(fitted)``: the evidence's offset into the units of y.
+    ``prepare(sizes, solver, prior_scale)`` → the architecture's pipeline (``_base``:
+    ``train``, ``laplace``, ``callbacks``); ``scorers``: the classifier's held-out NLLs
+    (None for the regressor); ``offset(fitted)``: the evidence's offset into the units
+    of y. ``retry_overfit`` (multilabel y): the retry of :func:`run_candidates`.
     """
     sizes = candidates(value, X.shape[1], n_outputs)
     fit_rows, held_out = validation_split(len(X), s.validation_fraction, seed,
@@ -199,16 +255,18 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
     w_val = None if sample_weight is None else sample_weight[held_out]
     row_losses = []
 
-    def fit_one(c):
+    def fit_one(c, scale=1.0, weaker=None):
         # the linear model's MAP is a convex problem: L-BFGS solves it (Adam's default
         # epochs often stop short of it)
-        pipe = prepare(c, "lbfgs" if c == () and s.solver == "adam" else None)
+        pipe = prepare(c, "lbfgs" if c == () and s.solver == "adam" else None, scale)
+        init = weaker[0].module_ if weaker is not None and RETRY_START == "warm" else None
         validation = None
         if tuning == "cv" and not by_evidence:
             validation = (X[held_out], y_model[held_out], w_val)
         net_, n_iter, curve = pipe.train(
-            Xf, yf, sample_weight=wf, callbacks=pipe.callbacks(yf, wf),
-            what=f"hidden_layer_sizes={c}: MAP training on {len(Xf)} of {len(X)} rows")
+            Xf, yf, sample_weight=wf, callbacks=pipe.callbacks(yf, wf), init_module=init,
+            what=f"hidden_layer_sizes={c}" + (f" at {scale:g}× the prior" if scale != 1 else "")
+            + f": MAP training on {len(Xf)} of {len(X)} rows")
         fitted = pipe.laplace(net_, X=Xf, y_model=yf, sample_weight=wf,
                               validation=validation)
         evidence = evidence_at_optimum(fitted, s, yf, wf) + offset(fitted)
@@ -227,8 +285,10 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
                     torch.as_tensor(y_model[held_out], device=device), w_val, scorers)
         return (net_, n_iter, curve, fitted), fitted.subset.n_params, nll, evidence
 
-    fits, rows = run_candidates(s, sizes, X.shape[1], n_outputs, by_evidence, fit_one)
-    best, results = summarize(sizes, rows, by_evidence)
+    retry = retry_overfit and tuning == "cv" and not averaging
+    fits, rows = run_candidates(s, sizes, X.shape[1], n_outputs, by_evidence, fit_one,
+                                retry=retry)
+    best, results = summarize(sizes, rows, by_evidence, s.prior_precision)
     by_evidence = by_evidence or CRITERION == "log_evidence"
     mixture = None
     if averaging:
@@ -238,4 +298,4 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
                          if by_evidence else averaging_.stacking_weights(
                              -np.stack(row_losses, axis=1), w_val))
         mixture = [(c, fit) for c, fit in zip(sizes, fits)], weights
-    return (*fits[best], sizes[best], results, mixture)
+    return (*fits[best], (rows[best][0], rows[best][5]), results, mixture)

@@ -25,7 +25,11 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     (GLM) predictive. Binary problems with the default MLP use one logit
     (Bernoulli likelihood), multi-class problems one logit per class, and a
     multilabel ``y`` (an indicator matrix, as ``MLPClassifier`` takes) one
-    sigmoid per label: ``predict_proba`` (n, L) is then per label.
+    sigmoid per label: ``predict_proba`` (n, L) is then per label. There,
+    ``hidden_layer_sizes="auto"`` trains a candidate that does not improve
+    while its held-out δ is at or below ``prior_precision`` (its net overfits)
+    once more under 10 × ``prior_precision``, the last candidate fitted (a
+    row of ``model_selection_results_`` that repeats the sizes).
 
     Parameters
     ----------
@@ -286,8 +290,8 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     model_selection_results_ : dict of list or ndarray
         Several candidates only, ordered by capacity: ``hidden_layer_sizes``,
         ``n_params``, ``criterion``, ``held_out_nll``, ``log_evidence`` (at its
-        optimal prior), ``fit_time``, ``rank``; a ``ConvergenceWarning`` when
-        the largest wins.
+        optimal prior), ``fit_time``, ``training_prior_precision`` (of its MAP
+        training), ``rank``; a ``ConvergenceWarning`` when the largest wins.
     model_weights_ : ndarray of shape (n_candidates,)
         ``model_averaging=True`` only: the weights, by ``model_selection_results_``
         row (0: not refit); ``net_``, ``laplace_`` … are the largest weight's.
