@@ -333,3 +333,32 @@ def test_default_regressor_on_partitions_picks_the_linear_model(client):
     assert dist.hyperparameter_tuning_ == "online"
     assert dist.model_selection_results_["criterion"][0] == "held_out_nll"
     assert dist.sigma_noise_ == pytest.approx(0.3, rel=0.2)
+
+
+def test_default_fit_does_not_gather_the_rows(client, monkeypatch):
+    """The defaults (held-out masks, "cv", the architecture's candidates) on rows
+    generated on the workers: every result a computation brings to the client is a sum
+    (at most a P × P matrix), far below the rows (a gather of the held-out fifth alone
+    would exceed X.nbytes / 5)."""
+    import pickle
+
+    from sklaplace.estimators import _dask, _dask_fit, _dask_holdout, _dask_train
+
+    sizes = []
+
+    def measured(*collections):
+        out = _dask.compute(*collections)
+        sizes.append(len(pickle.dumps(out)))
+        return out
+
+    for module in (_dask_fit, _dask_holdout, _dask_train):
+        monkeypatch.setattr(module, "compute", measured)
+    n = 400_000  # 6.4 MB of float64 X; the largest sum: the (50,) net's 201 × 201 curvature
+    X = da.random.RandomState(1).standard_normal((n, 2), chunks=(100_000, 2))
+    y = (X[:, 0] - X[:, 1] > 0).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        estimator = LaplaceClassifier(max_epochs=1, random_state=0).fit(X, y)
+    assert estimator.hyperparameter_tuning_ == "cv"
+    assert len(estimator.model_selection_results_["hidden_layer_sizes"]) == 3
+    assert len(sizes) > 10 and max(sizes) < X.nbytes / 10, max(sizes)
