@@ -148,7 +148,7 @@ def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one, retry=
     not improve on the smaller ones' held-out NLL (the greedy search): (fits, rows),
     None in ``fits`` and NaN scores in ``rows`` where skipped. ``fit_one(sizes)`` → (fit,
     n_params, held-out NLL (NaN with ``by_evidence``), log evidence); the in-memory and
-    the dask fits (:mod:`._dask_select`) share the search. ``retry`` (multilabel y, in
+    the dask fits (:mod:`._dask_sequence`) share the search. ``retry`` (multilabel y, in
     memory): a candidate that :func:`overfits` is fitted once more by ``fit_one(sizes,
     DECAY_STEP, its fit)`` (the factor of its training prior), and the search ends there.
     A row: (sizes, n_params, held-out NLL, log evidence, seconds, training prior factor).
