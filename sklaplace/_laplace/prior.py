@@ -10,7 +10,9 @@ per weight (diag).  This module is the only place that crosses between the three
 - :func:`expand_prior`: whole-net δ → one value per net parameter;
 - :func:`subset_prior`: whole-net δ → the Laplace weights' δ;
 - :class:`PriorGroups`: the free values of a structure on a subset — their start
-  from a subset δ, their expansion to the subset, and back to the whole-net form.
+  from a subset δ, their expansion to the subset, and back to the whole-net form;
+  with ``heads``, each group of the structure split further by the output head its
+  weights feed (``noise="heteroscedastic"``: :func:`.natural.head_index`).
 """
 
 import numpy as np
@@ -68,6 +70,10 @@ class PriorGroups:
         One free value, one per parameter tensor present in the subset, or one per
         Laplace weight.
     subset : AllWeights, LastLayer or Subnetwork
+    heads : int array of shape (P,), optional
+        A label per Laplace weight (0: shared by every output); each group of
+        ``structure`` is split by it, and the whole-net form is then one value per
+        parameter (a group may hold part of a tensor).
 
     Attributes
     ----------
@@ -76,7 +82,7 @@ class PriorGroups:
     n_free : int
     """
 
-    def __init__(self, structure, subset):
+    def __init__(self, structure, subset, heads=None):
         self.structure, self.subset = structure, subset
         if structure == "scalar":
             index = np.zeros(subset.n_params, dtype=int)
@@ -84,6 +90,10 @@ class PriorGroups:
             index = np.unique(subset.group_index, return_inverse=True)[1]
         else:
             index = np.arange(subset.n_params)
+        self.by_weight = heads is not None and structure != "diag"
+        if self.by_weight:  # the pairs (group, head), numbered in order
+            pairs = np.stack([index, np.asarray(heads, dtype=int)], 1)
+            index = np.unique(pairs, axis=0, return_inverse=True)[1].reshape(-1)
         self.index = torch.as_tensor(index, dtype=torch.long)
         self.n_free = int(index.max()) + 1 if len(index) else 0
 
@@ -97,20 +107,22 @@ class PriorGroups:
 
     def expand(self, values):
         """Free values → the subset δ: a 0-d tensor (scalar) or one per Laplace weight."""
-        return values[0] if self.structure == "scalar" else values[self.index.to(values.device)]
+        if self.structure == "scalar" and not self.by_weight:
+            return values[0]
+        return values[self.index.to(values.device)]
 
     def to_whole(self, values, prior):
         """Free values (numpy) → the whole-net form of ``prior_precision_``: a float
         (scalar), one value per parameter tensor (layerwise) or per parameter (diag).
         Weights outside the subset keep their values in ``prior``."""
         values = np.asarray(values, dtype=float)
-        if self.structure == "scalar":
+        if self.structure == "scalar" and not self.by_weight:
             return float(values[0])
         sizes = tensor_sizes(self.subset.module)
         whole = expand_prior(prior, sizes)
         per_weight = values[self.index.numpy()]
         whole[self.subset.whole_index] = per_weight
-        if self.structure == "layerwise":
+        if self.structure == "layerwise" and not self.by_weight:
             # a tensor's value is its group's, also where the subset (a subnetwork) does not
             # hold the tensor's first weight; untouched tensors keep their first value
             per_tensor = whole[np.cumsum([0, *sizes[:-1]])]

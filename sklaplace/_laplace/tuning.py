@@ -35,11 +35,12 @@ from .prior import PriorGroups, subset_prior
 
 
 def by_evidence(evidence, subset, prior_structure, prior_precision, sigma, y_model,
-                sample_weight=None, spread=None):
+                sample_weight=None, spread=None, heads=None):
     """Bounded maximisation of the evidence from ``prior_precision`` (whole net) and σ
     (a tensor, or None for a classifier): the :class:`Hyperparameters` at the optimum.
-    ``spread``: the targets' std per output, where ``y_model`` is not in memory."""
-    groups = PriorGroups(prior_structure, subset)
+    ``spread``: the targets' std per output, where ``y_model`` is not in memory;
+    ``heads``: the groups of ``prior_structure`` split by output head (:class:`PriorGroups`)."""
+    groups = PriorGroups(prior_structure, subset, heads)
     log0 = groups.log_start(subset_prior(prior_precision, subset)).numpy()
     log_sigma0 = floor = ceiling = None
     if evidence.gaussian:

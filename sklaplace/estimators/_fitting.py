@@ -24,7 +24,7 @@ import torch
 from sklearn.frozen import FrozenEstimator
 
 from .._laplace import policy
-from .._laplace import nets, progress
+from .._laplace import natural, nets, progress
 from .._laplace import tuning as tuners
 from .._laplace.continual import task_evidence
 from .._laplace.curvature import (compute_posterior, default_lowrank_rank, jacobian_bytes,
@@ -203,9 +203,12 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
     # partial_fit: the earlier tasks' posterior is the prior (continual.py)
     evidence = task_evidence(evidence, task, n_rows)
 
-    def by_evidence(sigma, on=None):  # from the given prior, σ (on the fit's evidence)
+    heads = _heads(likelihood, subset, structure, n_out)
+
+    def by_evidence(sigma, on=None, start=None):  # from the given prior (or start), σ
         return tuners.by_evidence(evidence if on is None else on, subset, s.prior_structure,
-                                  s.prior_precision, sigma, y_model, sample_weight)
+                                  s.prior_precision if start is None else start, sigma,
+                                  y_model, sample_weight, heads=heads)
 
     report = {}
     hyper = hyper0  # the tuners below each return a Hyperparameters
@@ -221,6 +224,8 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
     elif tuning == "online":
         hyper, report["evidence_history"] = online_choice(s, net, targets, n_rows, kind,
                                                           structure, by_evidence, sigma_init)
+        if heads is not None:  # one δ per group, or the evidence's: then per head
+            hyper = by_evidence(hyper.sigma, start=hyper.prior_precision)
     if chosen is None and tuning is not None:
         how = "held-out NLL" if validation is not None else tuning
         s.log(f"tuning ({how}) in {time.perf_counter() - tuning_start:.2f} s")
@@ -286,6 +291,16 @@ def online_choice(s, net, targets, n_rows, kind, structure, by_evidence, sigma_i
         # diagonal LA over all weights the updates used (3 splits each).
         hyper = by_evidence(hyper.sigma)
     return hyper, history
+
+
+def _heads(likelihood, subset, structure, n_out):
+    """The Laplace weights' output head (:func:`._laplace.natural.head_index`) where the
+    evidence tunes the prior per head: ``noise="heteroscedastic"``, but for Kronecker
+    factors (one δ per tensor) and a net without a 2T-output ``nn.Linear`` last; else None."""
+    if likelihood.name != "heteroscedastic" or structure == "kron":
+        return None
+    heads = natural.head_index(subset.module, n_out)
+    return None if heads is None else heads[subset.whole_index]
 
 
 def _outside_variance(s, hyper, tuning, task, validation, moments, X, y, weight, scorers):
