@@ -266,8 +266,9 @@ def newton_polish(objective, hessian, x, bounds, max_steps=3):
 
 
 def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor=None,
-                      tune_sigma=True, warn=True, sigma_ceiling=None):
-    """Bounded L-BFGS-B over log δ (and log σ), log10 δ ∈ [−4, 4],
+                      tune_sigma=True, warn=True, sigma_ceiling=None, log_offset=None):
+    """Bounded L-BFGS-B over log δ (and log σ), log10 δ ∈ [−4, 4] (each free δ's bounds
+    shifted by its ``log_offset``, natural log: a group whose weights' scale differs),
     ``sigma_floor`` ≤ σ ≤ ``sigma_ceiling`` (None: no upper bound).
 
     ``expand(v)`` maps the vector of free δ values to the ``delta`` argument of
@@ -279,8 +280,10 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
     scaled per-output σ) is not returned: the start is, with a warning.
     """
     n_delta = len(log_delta0)
-    x0 = list(np.clip(log_delta0, *LOG_PRIOR_BOUNDS))
-    bounds = [LOG_PRIOR_BOUNDS] * n_delta
+    shift = np.zeros(n_delta) if log_offset is None else np.broadcast_to(log_offset, n_delta)
+    lower, upper = LOG_PRIOR_BOUNDS[0] + shift, LOG_PRIOR_BOUNDS[1] + shift
+    x0 = list(np.clip(log_delta0, lower, upper))
+    bounds = list(zip(lower, upper))
     with_sigma = evidence.gaussian and tune_sigma
     if with_sigma:
         floor = np.broadcast_to(np.log(sigma_floor), np.shape(log_sigma0)).ravel()
@@ -343,9 +346,8 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
             "sigma_noise) may be the starting values or short of the optimum.",
             ConvergenceWarning,
         )
-    at_bound = np.isclose(x[:n_delta], LOG_PRIOR_BOUNDS[0], atol=1e-6) | np.isclose(
-        x[:n_delta], LOG_PRIOR_BOUNDS[1], atol=1e-6
-    )
+    at_bound = (np.isclose(x[:n_delta], lower, atol=1e-6)
+                | np.isclose(x[:n_delta], upper, atol=1e-6))
     if with_sigma:
         at_sigma = np.isclose(x[n_delta:], floor, atol=1e-6)
         at_ceiling = np.isclose(x[n_delta:], ceiling, atol=1e-6)

@@ -97,6 +97,13 @@ class PriorGroups:
         self.index = torch.as_tensor(index, dtype=torch.long)
         self.n_free = int(index.max()) + 1 if len(index) else 0
 
+    def head_of_groups(self, heads):
+        """The ``heads`` label of each free value's weights (n_free,): one per group where
+        the groups were split by them."""
+        out = np.zeros(self.n_free, dtype=int)
+        out[self.index.numpy()] = np.asarray(heads, dtype=int)
+        return out
+
     def log_start(self, delta):
         """The free values' start from a subset δ (0-d or (P,)): the mean of log δ over
         each group, as a float64 CPU tensor of shape (n_free,)."""

@@ -35,12 +35,17 @@ from .prior import PriorGroups, subset_prior
 
 
 def by_evidence(evidence, subset, prior_structure, prior_precision, sigma, y_model,
-                sample_weight=None, spread=None, heads=None):
+                sample_weight=None, spread=None, heads=None, head_log_scale=None):
     """Bounded maximisation of the evidence from ``prior_precision`` (whole net) and σ
     (a tensor, or None for a classifier): the :class:`Hyperparameters` at the optimum.
     ``spread``: the targets' std per output, where ``y_model`` is not in memory;
-    ``heads``: the groups of ``prior_structure`` split by output head (:class:`PriorGroups`)."""
+    ``heads``: the groups of ``prior_structure`` split by output head (:class:`PriorGroups`),
+    ``head_log_scale`` ({head: log s}) the heads whose δ is searched within s times the
+    bounds."""
     groups = PriorGroups(prior_structure, subset, heads)
+    offset = None
+    if heads is not None and head_log_scale:
+        offset = np.array([head_log_scale.get(h, 0.0) for h in groups.head_of_groups(heads)])
     log0 = groups.log_start(subset_prior(prior_precision, subset)).numpy()
     log_sigma0 = floor = ceiling = None
     if evidence.gaussian:
@@ -56,7 +61,7 @@ def by_evidence(evidence, subset, prior_structure, prior_precision, sigma, y_mod
         if sigma.dim() == 0:
             floor, ceiling = floor.mean(), ceiling.max()
     log_delta, log_sigma = maximize_evidence(evidence, log0, groups.expand, log_sigma0, floor,
-                                             sigma_ceiling=ceiling)
+                                             sigma_ceiling=ceiling, log_offset=offset)
     if evidence.gaussian:
         sigma = torch.as_tensor(np.exp(log_sigma), dtype=torch.float64)
     return Hyperparameters.of(groups.to_whole(np.exp(log_delta), prior_precision), sigma)
