@@ -1,8 +1,11 @@
 """noise="heteroscedastic": the prior precision tuned per output head — the weights of
 η₁'s rows of the output layer, those of the log precision's rows, and the rest."""
 
+import warnings
+
 import numpy as np
 import pytest
+from sklearn.exceptions import ConvergenceWarning
 import torch
 from torch import nn
 
@@ -83,6 +86,33 @@ def test_fitted_prior_is_one_value_per_head_and_beats_every_scalar(tuning):
     grid = [est.log_evidence(prior_precision=d) for d in 10.0 ** np.linspace(-4, 4, 161)]
     assert est.log_evidence_ >= max(grid) - 1e-9
     assert est.log_evidence() == pytest.approx(est.log_evidence_, rel=1e-12)
+    # each head's δ is a stationary point of the evidence, inside its bounds (η₁'s are
+    # e^(−2ḡ) times the others'): moving one group's δ by ±2 % lowers it
+    for h in range(3):
+        for factor in (0.98, 1.02):
+            moved = np.where(heads == h, delta * factor, delta)
+            assert est.log_evidence(prior_precision=moved) < est.log_evidence_
+
+
+def test_eta1_prior_is_searched_relative_to_its_scale():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (100, 2))
+    y = X[:, 0] - 0.5 * X[:, 1] + 0.002 * rng.standard_normal(100)  # σ ≈ std(y) / 300
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # no optimum on a bound
+        warnings.filterwarnings("ignore", "MAP training ran", ConvergenceWarning)
+        est = LaplaceRegressor(hyperparameter_tuning="evidence", hessian_structure="full",
+                               **{**SMALL, "max_epochs": 60}).fit(X, y)
+    delta, heads = np.asarray(est.prior_precision_), natural.head_index(est.net_.module_, 2)
+    Xt = torch.as_tensor(X, dtype=torch.float64)
+    g_bar = float(est.net_.module_.double()(Xt)[:, 1].mean())
+    eta1 = delta[heads == 1][0]
+    # η₁'s weights are ~e^ḡ times the mean's: its optimum lies below the others' bound
+    assert g_bar > 4 and eta1 < 1e-4
+    assert 1e-4 * np.exp(-2 * g_bar) < eta1
+    for factor in (0.98, 1.02):
+        moved = np.where(heads == 1, delta * factor, delta)
+        assert est.log_evidence(prior_precision=moved) < est.log_evidence_
 
 
 def test_kron_keeps_one_value_per_tensor_and_two_targets_split_by_head():
