@@ -1,5 +1,6 @@
 """noise="heteroscedastic": the prior precision tuned per output head — the weights of
-η₁'s rows of the output layer, those of the log precision's rows, and the rest."""
+η₁'s rows of the output layer, those of the log precision's rows, and the rest — and the
+variance outside the training range added as the one-σ regressor's, in units of y."""
 
 import warnings
 
@@ -141,3 +142,22 @@ def test_a_net_without_a_2t_output_layer_keeps_the_structure_groups():
             return torch.cat([self.mean(h), self.log_precision(h)], 1)
 
     assert natural.head_index(Heads(), 2) is None
+
+
+def test_variance_outside_the_range_is_the_homoscedastic_one_in_units_of_y():
+    X, y = data()
+    y = 50 * y + 3  # normalize_y: the kernel's σ² is in model units, ×std(y)² in y's
+    far = np.array([[2.5, -0.3], [0.2, 0.1]])  # the first row beyond the range, not the second
+    for noise in ("heteroscedastic", "homoscedastic"):
+        params = {**SMALL, "noise": noise}
+        base = LaplaceRegressor(**params, extrapolation_variance=None).fit(X, y)
+        wide = LaplaceRegressor(**params, extrapolation_variance=2.0).fit(X, y)
+        kernel = wide.laplace_.outside
+        k = kernel.diag(torch.as_tensor(far, dtype=torch.float64)).numpy()
+        np.testing.assert_allclose(k / kernel.variance, [((2.5 - X[:, 0].max()) / X[:, 0].std()) ** 3 / 6, 0],
+                                   rtol=1e-12)  # mean over the 2 coordinates of |e|³/3
+        std = wide.laplace_.targets.std[0]
+        a, b = base.predict_dist(far), wide.predict_dist(far)
+        np.testing.assert_allclose(b.epistemic_var - a.epistemic_var, k * std**2,
+                                   rtol=1e-9, atol=1e-9 * std**2)
+        np.testing.assert_allclose(b.aleatoric_var, a.aleatoric_var, rtol=1e-12)
