@@ -184,17 +184,18 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
     noise : {"homoscedastic", "heteroscedastic"}, default="homoscedastic"
         The observation noise. ``"homoscedastic"``: one σ per output
         (``sigma_noise``). ``"heteroscedastic"``: a σ(x) per row that the network
-        predicts (Immer et al. 2023): it outputs, per target, the natural parameter
-        η₁ = μ/σ² and the log precision −log σ² (η₂ = −1/(2σ²)); the LA covers both
-        heads with the GGN of the Gaussian in natural parameters, the tuners tune the
-        prior alone, and the predictive is N(μ(x), Var μ(x) + σ²(x)): the GLM's Gaussian
-        over the outputs mapped to the mean function μ = η₁σ² linearized (the delta
-        method), σ²(x) that of the MAP; ``predict_dist(X).aleatoric_var`` is the per-row
-        σ²(x), ``epistemic_var`` Var μ(x). ``sigma_noise`` must stay 1.0 and
-        ``sigma_noise_`` is not set; not with ``refine`` nor ``partial_fit``. The
-        default MLP trains the mean alone (one σ), then both heads from there: the
-        variance cannot take up what the mean should fit. A skorch net needs the
-        criterion ``sklaplace.nets.HeteroscedasticGaussianNLLLoss``.
+        predicts (Immer et al. 2023): it outputs, per target, η₁ = μ/σ² and the log
+        precision −log σ²; the LA covers both heads with the GGN of the Gaussian in
+        natural parameters, the evidence tunes δ per head (η₁'s rows of the output
+        layer, the log precision's, the rest: each a group within ``prior_structure``'s,
+        ``prior_precision_`` one value per parameter; not with Kronecker factors), and the
+        predictive is N(μ(x), Var μ(x) + σ²(x)): the GLM's Gaussian over the outputs
+        mapped to μ = η₁σ² linearized (the delta method), σ²(x) that of the MAP;
+        ``predict_dist(X).aleatoric_var`` is σ²(x), ``epistemic_var`` Var μ(x).
+        ``sigma_noise`` must stay 1.0 and ``sigma_noise_`` is not set; not with
+        ``refine`` nor ``partial_fit``. The default MLP trains the mean alone (one σ),
+        then both heads from there: the variance cannot take up what the mean should
+        fit. A skorch net needs the criterion ``sklaplace.nets.HeteroscedasticGaussianNLLLoss``.
     normalize_y : bool, default=True
         Standardize the targets internally, so that every scale-dependent
         setting (``sigma_noise``, ``prior_precision``, the σ floor of tuning)
