@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "selection": ".selection",
     "all": ".all",
     "transfer": ".transfer",
+    "online_stop": ".online_stop",
 }
 
 

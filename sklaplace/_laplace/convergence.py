@@ -54,6 +54,10 @@ from skorch.callbacks import Callback
 #: Whether an update of δ / σ carries the best value over (module docstring).
 CARRY_OVER_UPDATES = False
 
+#: Whether training under online updates stops on their log evidence (module docstring)
+#: rather than on the per-epoch loss.
+EVIDENCE_RULE = False
+
 
 class Converged(Exception):
     """Raised by :class:`Convergence` to end skorch's epoch loop (caught by :func:`fit_net`).
@@ -83,6 +87,12 @@ class Convergence(Callback):
         they change: :data:`CARRY_OVER_UPDATES`).
     n_no_improvement_ : int
         The current count of epochs without improvement.
+    best_evidence_ : float
+        Under online updates (:data:`EVIDENCE_RULE`): the best log evidence of an
+        update so far (−inf before the first).
+    n_updates_no_improvement_ : int
+        Under online updates: the current count of updates without an improvement
+        of the best log evidence by ``tol`` per training row.
     """
 
     def __init__(self, tol=1e-4, n_iter_no_change=10):
@@ -95,7 +105,40 @@ class Convergence(Callback):
         self.n_no_improvement_ = 0
         self._hyper = self._sigma0 = None
         self._rebase = False
+        self.best_evidence_ = -np.inf
+        self.n_updates_no_improvement_ = 0
+        self._n_updates = 0
         return self
+
+    @staticmethod
+    def online(net):
+        """The net's :class:`~sklaplace._laplace.online.OnlineEvidence` callback (a
+        callback with ``UPDATES_EVIDENCE``), or None."""
+        for item in getattr(net, "callbacks_", None) or ():
+            callback = item[1] if isinstance(item, tuple) else item
+            if getattr(callback, "UPDATES_EVIDENCE", False):
+                return callback
+        return None
+
+    def _judge_updates(self, net, online):
+        """The evidence rule (:data:`EVIDENCE_RULE`): judge the updates since the
+        last epoch; True once updates run (the loss is then not judged)."""
+        history = getattr(online, "history_", None) or []
+        new, self._n_updates = history[self._n_updates:], len(history)
+        for update in new:
+            value = update["log_evidence"]
+            # tol per training row: the loss is a mean over rows, the evidence a sum
+            n_rows = float(getattr(getattr(net, "criterion_", None), "n_train", 1))
+            if value > self.best_evidence_ + self.tol * n_rows:
+                self.n_updates_no_improvement_ = 0
+            else:
+                self.n_updates_no_improvement_ += 1
+            self.best_evidence_ = max(self.best_evidence_, value)
+        if self.n_updates_no_improvement_ >= math.ceil(self.n_iter_no_change
+                                                       / online.frequency):
+            self.converged_ = True
+            raise Converged
+        return np.isfinite(self.best_evidence_)
 
     @staticmethod
     def _hyperparameters(net):
@@ -147,6 +190,8 @@ class Convergence(Callback):
         hyper = self._hyperparameters(net)
         if self._hyper is None:
             self._sigma0 = self._sigma(crit, hyper)
+            online = self.online(net)  # updates of an earlier fit of the net are not judged
+            self._n_updates = len(getattr(online, "history_", None) or [])
         elif np.isfinite(self.best_loss_) and not all(map(_same, hyper, self._hyper)):
             change = (self.prior_change(crit, self._hyper, hyper) if CARRY_OVER_UPDATES
                       else None)
@@ -157,6 +202,9 @@ class Convergence(Callback):
         self._hyper = hyper
 
     def on_epoch_end(self, net, **kwargs):
+        online = self.online(net) if EVIDENCE_RULE else None
+        if online is not None and self._judge_updates(net, online):
+            return
         loss = net.history[-1].get("train_loss", np.nan)
         rebase, self._rebase = self._rebase, False
         if not np.isfinite(loss):
@@ -211,11 +259,16 @@ def warn_not_converged(net, tol, n_iter_no_change, converged):
     """The ``ConvergenceWarning`` of a training that ran all ``max_epochs`` epochs."""
     if tol is None or converged or len(net.history) < net.max_epochs:
         return
+    online = Convergence.online(net)
+    if EVIDENCE_RULE and online is not None and getattr(online, "history_", None):
+        what = (f"the log evidence of the online updates still improved by more than tol={tol}"
+                f" per training row within n_iter_no_change={n_iter_no_change} epochs")
+    else:
+        what = (f"the training loss did not stay within tol={tol} of its best for "
+                f"n_iter_no_change={n_iter_no_change} epochs")
     warnings.warn(
-        f"MAP training ran max_epochs={net.max_epochs} epochs without converging: the "
-        f"training loss did not stay within tol={tol} of its best for n_iter_no_change="
-        f"{n_iter_no_change} epochs. Raise max_epochs (or tol), or scale the features and "
-        "targets.", ConvergenceWarning)
+        f"MAP training ran max_epochs={net.max_epochs} epochs without converging: {what}. "
+        "Raise max_epochs (or tol), or scale the features and targets.", ConvergenceWarning)
 
 
 def training_curve(net):

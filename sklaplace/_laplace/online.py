@@ -64,6 +64,10 @@ class OnlineEvidence(Callback):
         The update whose state was restored at the end of training.
     """
 
+    #: The convergence rule reads the updates' log evidence off ``history_`` (and
+    #: ``frequency``): :mod:`sklaplace._laplace.convergence`.
+    UPDATES_EVIDENCE = True
+
     def __init__(self, likelihood, *, hessian_structure="full", curvature="ggn",
                  prior_structure="layerwise", frequency=5, burn_in=0, n_steps=100, lr=0.1,
                  temperature=1.0, lowrank_rank=None, sigma_floor=0.0, sample_weight=None):
