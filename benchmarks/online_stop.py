@@ -22,7 +22,9 @@ import numpy as np
 
 HELP = "the loss rule against the evidence rule of convergence under online tuning"
 
-RULES = {"loss": False, "evidence": True}
+#: rule → (EVIDENCE_RULE, PATIENCE_UNIT)
+RULES = {"loss": (False, "updates"), "evidence": (True, "updates"),
+         "evidence-epochs": (True, "epochs")}
 
 
 def add_arguments(parser):
@@ -30,7 +32,8 @@ def add_arguments(parser):
     parser.add_argument("--splits", type=int, default=3)
     parser.add_argument("--shift-splits", type=int, default=1)
     parser.add_argument("--max-rows", type=int, default=800)
-    parser.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES))
+    parser.add_argument("--rules", nargs="+", default=["loss", "evidence"],
+                        choices=list(RULES))
     parser.add_argument("--json", metavar="FILE.json", help="also save the records")
 
 
@@ -72,12 +75,15 @@ def run_rule(name, rule, args, log):
         finally:
             epochs.tag = None
 
-    convergence.EVIDENCE_RULE, defaults.fit_and_score = RULES[rule], tagged
+    saved = convergence.EVIDENCE_RULE, convergence.PATIENCE_UNIT
+    (convergence.EVIDENCE_RULE, convergence.PATIENCE_UNIT), defaults.fit_and_score = (
+        RULES[rule], tagged)
     try:
         records, _ = defaults.run_dataset(name, args.splits, args.max_rows, methods=["LA", "MLP"],
                                           shift_splits=args.shift_splits, log=log)
     finally:
-        convergence.EVIDENCE_RULE, defaults.fit_and_score = False, fit_and_score
+        (convergence.EVIDENCE_RULE, convergence.PATIENCE_UNIT), defaults.fit_and_score = (
+            saved, fit_and_score)
         from sklaplace._laplace import nets
         nets.fit_net = convergence.fit_net
     fits = {}
