@@ -1,14 +1,16 @@
 """The convergence rule under online tuning, both ways, on the scoreboard's regression sets.
 
-``python -m benchmarks defaults`` per data set twice, in the same process and conditions:
-with the per-epoch loss rule (re-based at each update of δ and σ) and with the rule on
-the log evidence of the updates (:data:`sklaplace._laplace.convergence.EVIDENCE_RULE`),
-the order of the two alternating from set to set.  Per set and rule: the default
-``LaplaceRegressor``'s in-distribution test NLL (mean ± standard error over splits), its
-extrapolation NLL (the PC 1 fits of ``--shift-splits``, both directions), the epochs of
-MAP training (mean over the in-distribution fits: each architecture candidate of
-``hidden_layer_sizes="auto"`` and the refit) and the median over splits of its fit time
-over ``MLPRegressor``'s.
+``python -m benchmarks defaults`` per data set for each of ``--rules``, in the same process
+and conditions (the order alternating from set to set): ``loss``, the per-epoch loss rule
+(re-based at each update of δ and σ, the default); ``evidence``, the loss rule and beside it
+the rule on the log evidence of the updates
+(:data:`sklaplace._laplace.convergence.EVIDENCE_RULE`) with a patience of
+``n_iter_no_change`` updates; ``evidence-epochs``, the same with ⌈n_iter_no_change /
+frequency⌉ updates (``PATIENCE_UNIT``).  Per set and rule: the default ``LaplaceRegressor``'s
+in-distribution test NLL (mean ± standard error over splits), its extrapolation NLL (the
+PC 1 fits of ``--shift-splits``, both directions), the epochs of MAP training (mean over
+the in-distribution fits: each architecture candidate of ``hidden_layer_sizes="auto"`` and
+the refit) and the median over splits of its fit time over ``MLPRegressor``'s.
 
     OMP_NUM_THREADS=1 python -m benchmarks online_stop --datasets boston concrete energy \\
         yacht kin8nm wine_quality diabetes --splits 3 --shift-splits 1 --max-rows 800 \\
@@ -104,7 +106,8 @@ def summary(records, fits):
     return {"nll": float(nll.mean()),
             "nll_se": float(nll.std(ddof=1) / np.sqrt(len(nll))) if len(nll) > 1 else 0.0,
             "extrap_nll": float(extrap.mean()) if len(extrap) else float("nan"),
-            "epochs": [round(float(e), 1) for e in per_stage], "time_ratio": float(np.median(ratio))}
+            "epochs": [round(float(e), 1) for e in per_stage],
+            "time_ratio": float(np.median(ratio))}
 
 
 def main(args):
