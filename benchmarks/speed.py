@@ -638,6 +638,9 @@ def add_arguments(parser):
     parser.add_argument("--sklearn-sets", nargs="+", default=None,
                         help="sklearn section: data sets (default: the five bundled with "
                              "scikit-learn; 'all': every scoreboard set)")
+    parser.add_argument("--sklearn-no-busy", action="store_true",
+                        help="sklearn section: time idle only (no run beside a CPU-bound "
+                             "process)")
     parser.add_argument("--defaults-scale-rows", type=int, nargs="+",
                         default=[10_000, 100_000],
                         help="defaults_scale section: training rows (one row per value)")
@@ -670,11 +673,12 @@ def _threads_section(repeats, out):
     section_threads(repeats, out)
 
 
-def _sklearn_section(repeats, out, sets=None):
+def _sklearn_section(repeats, out, sets=None, busy=True):
     from .defaults import DATASETS
     from .vs_sklearn import SETS, section_sklearn
 
-    section_sklearn(repeats, out, SETS if not sets else DATASETS if sets == ["all"] else sets)
+    section_sklearn(repeats, out, SETS if not sets else DATASETS if sets == ["all"] else sets,
+                    busy=busy)
 
 
 def _defaults_scale_section(args, out):
@@ -716,7 +720,8 @@ def main(args):
         "scale": lambda: _scale_sections(args, missing, out),
         "backends": lambda: section_backends(args.repeats, out),
         "threads": lambda: _threads_section(args.repeats, out),
-        "sklearn": lambda: _sklearn_section(args.repeats, out, args.sklearn_sets),
+        "sklearn": lambda: _sklearn_section(args.repeats, out, args.sklearn_sets,
+                                            busy=not args.sklearn_no_busy),
         "defaults_scale": lambda: _defaults_scale_section(args, out),
         "dask": lambda: _dask_section(args, out),
         "dask_defaults": lambda: _dask_defaults_section(args, out),

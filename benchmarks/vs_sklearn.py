@@ -59,16 +59,18 @@ def _time(name, which, repeats, busy):
     return statistics.median(times)
 
 
-def section_sklearn(repeats, out, sets=SETS):
-    """Append the table of default fit times, LA vs scikit-learn's MLP, idle and busy."""
+def section_sklearn(repeats, out, sets=SETS, busy=True):
+    """Append the table of default fit times, LA vs scikit-learn's MLP, idle and (``busy``)
+    beside a CPU-bound process; without ``busy`` its columns read "–"."""
     out += ["## Default fit against scikit-learn's MLP (fresh processes, default threads)", "",
             "| data set | LA idle (s) | MLP idle (s) | LA / MLP | LA busy (s) | MLP busy (s) "
             "| LA busy / idle |", "|---|---|---|---|---|---|---|"]
     for name in sets:
-        cells = {(w, b): _time(name, w, repeats, b) for b in (False, True) for w in ("LA", "MLP")}
+        cells = {(w, b): _time(name, w, repeats, b) for b in ((False, True) if busy else (False,))
+                 for w in ("LA", "MLP")}
         la, mlp = cells[("LA", False)], cells[("MLP", False)]
-        out.append(f"| {name} | {la:.2f} | {mlp:.2f} | {la / mlp:.1f} | "
-                   f"{cells[('LA', True)]:.2f} | {cells[('MLP', True)]:.2f} | "
-                   f"{cells[('LA', True)] / la:.2f} |")
+        busy_cells = (f"{cells[('LA', True)]:.2f} | {cells[('MLP', True)]:.2f} | "
+                      f"{cells[('LA', True)] / la:.2f}") if busy else "– | – | –"
+        out.append(f"| {name} | {la:.2f} | {mlp:.2f} | {la / mlp:.1f} | {busy_cells} |")
         print(out[-1], flush=True)
     out.append("")

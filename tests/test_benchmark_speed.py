@@ -80,3 +80,16 @@ def test_sklearn_section_times_a_scoreboard_set_in_fresh_processes():
     for which in ("LA", "MLP"):
         seconds = _time("iris", which, 1, busy=False)
         assert 0 < seconds < 60
+
+
+def test_sklearn_section_without_the_busy_neighbour(monkeypatch):
+    """--sklearn-no-busy times idle only; the busy columns read "–"."""
+    from benchmarks import vs_sklearn
+
+    calls = []
+    monkeypatch.setattr(vs_sklearn, "_time",
+                        lambda name, which, repeats, busy: calls.append(busy) or 2.0)
+    out = []
+    vs_sklearn.section_sklearn(1, out, sets=["iris"], busy=False)
+    assert calls == [False, False]
+    assert "| iris | 2.00 | 2.00 | 1.0 | – | – | – |" in out
