@@ -20,7 +20,7 @@ HELP = "every table and figure of the benchmarks page (defaults, uci, speed) in 
 
 #: (subcommand, arguments with {out} for the output folder), in the order they run
 STEPS = [
-    ("defaults", "--splits 2 --shift-splits 1 --max-rows 800 --json {out}/defaults.json "
+    ("defaults", "--splits 3 --shift-splits 1 --max-rows 800 --json {out}/defaults.json "
                  "--out {out}/defaults.md --figure {out}/defaults_two_sided"),
     ("uci", "--protocol all --out {out}/uci.md --splits-csv {out}/uci_splits.csv "
             "--figure {out}/uci.png"),
