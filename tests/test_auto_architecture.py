@@ -17,7 +17,7 @@ from sklaplace.nets import MLP
 
 FAST = dict(max_epochs=40, lr=0.03, random_state=0)
 FIELDS = {"hidden_layer_sizes", "n_params", "criterion", "held_out_nll", "log_evidence",
-          "fit_time", "training_prior_precision", "rank"}
+          "fit_time", "training_prior_precision", "n_iter", "stopped_losing", "rank"}
 
 
 def logistic_rows(n=400, d=8, seed=0):

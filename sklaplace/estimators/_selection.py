@@ -15,6 +15,11 @@ a further-trained net, 20 % fewer rows) measured worse (``REFIT``, docs/benchmar
 With fewer than ``MIN_HELD_OUT_ROWS`` held-out rows each candidate is trained on all
 rows and the Laplace evidence decides.
 
+Under online tuning a candidate whose held-out NLL of the MAP plug-in predictive stalls
+behind the smaller candidates' stops training (``STOP_LOSING``,
+:mod:`sklaplace._laplace.losing`); ``model_selection_results_`` records each candidate's
+epochs (``n_iter``) and whether it was stopped (``stopped_losing``).
+
 Multilabel y (one sigmoid per label): a candidate that does not improve while its
 held-out δ is at or below the prior precision it trained under (:func:`overfits`: the
 held-out rows ask for a posterior at least as broad as the training prior, so its MAP
@@ -37,6 +42,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from . import _averaging as averaging_
+from .._laplace import losing
 from .._laplace import tuning as tuners
 from .._laplace.holdout import validation_split
 from .._laplace.policy import MIN_HELD_OUT_ROWS
@@ -55,6 +61,11 @@ DECAY_STEP = 10.0
 #: How that training starts: "cold" (afresh, from the same initialization) or "warm"
 #: (from the candidate's net under the weaker prior; measured: no faster, no better).
 RETRY_START = "cold"
+#: Under online tuning, a candidate whose held-out plug-in NLL stalls behind the smaller
+#: candidates' stops training (:mod:`sklaplace._laplace.losing`).
+STOP_LOSING = False
+#: Epochs that NLL may stall before a losing candidate stops (None: ``n_iter_no_change``).
+LOSING_PATIENCE = None
 #: The candidates of ``hidden_layer_sizes="auto"``, by capacity.
 AUTO_CANDIDATES = ((), (50,), (50, 50))
 #: What "auto" means where one architecture must serve several fits (``partial_fit``).
@@ -151,14 +162,15 @@ def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one, retry=
     the dask fits (:mod:`._dask_sequence`) share the search. ``retry`` (multilabel y, in
     memory): a candidate that :func:`overfits` is fitted once more by ``fit_one(sizes,
     DECAY_STEP, its fit)`` (the factor of its training prior), and the search ends there.
-    A row: (sizes, n_params, held-out NLL, log evidence, seconds, training prior factor).
+    A row: (sizes, n_params, held-out NLL, log evidence, seconds, training prior factor,
+    epochs, whether :data:`STOP_LOSING` stopped it (``fit_one``'s optional fifth value)).
     """
     greedy = not by_evidence and CRITERION == "held_out_nll"
     fits, rows, stop = [], [], False
 
     def fit_timed(c, *scale_and_fit):
         start = time.perf_counter()
-        fit, n_params, nll, evidence = fit_one(c, *scale_and_fit)
+        fit, n_params, nll, evidence, *stopped = fit_one(c, *scale_and_fit)
         seconds = time.perf_counter() - start
         name = f"hidden_layer_sizes={c}" + (
             f" at {scale_and_fit[0]:g}× the prior" if scale_and_fit else "")
@@ -166,13 +178,15 @@ def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one, retry=
               f"({seconds:.2f} s)")
         fits.append(fit)
         rows.append((c, int(n_params), nll, evidence, seconds,
-                     scale_and_fit[0] if scale_and_fit else 1.0))
+                     scale_and_fit[0] if scale_and_fit else 1.0, int(fit[1]),
+                     bool(stopped and stopped[0])))
 
     for c in sizes:
         if stop or (greedy and len(rows) > 1
                     and not rows[-1][2] < min(r[2] for r in rows[:-1])):
             s.log(f"hidden_layer_sizes={c}: skipped (the last candidate did not improve)")
-            rows.append((c, n_weights(c, n_features, n_outputs), np.nan, np.nan, 0.0, 1.0))
+            rows.append((c, n_weights(c, n_features, n_outputs), np.nan, np.nan, 0.0, 1.0, 0,
+                         False))
             fits.append(None)
             continue
         fit_timed(c)
@@ -227,6 +241,8 @@ def summarize(sizes, rows, by_evidence, prior_precision):
         "fit_time": np.array([r[4] for r in rows], dtype=float),
         # the prior precision of each candidate's MAP training
         "training_prior_precision": [_scaled(prior_precision, r[5]) for r in rows],
+        "n_iter": np.array([r[6] for r in rows], dtype=int),  # its MAP training's epochs
+        "stopped_losing": np.array([r[7] for r in rows], dtype=bool),  # STOP_LOSING
         "rank": np.argsort(np.argsort(scores, kind="stable"), kind="stable") + 1,
     }
     return best, results
@@ -253,7 +269,10 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
     Xf, yf = X[fit_rows], y_model[fit_rows]
     wf = None if sample_weight is None else sample_weight[fit_rows]
     w_val = None if sample_weight is None else sample_weight[held_out]
-    row_losses = []
+    row_losses, plugins = [], []  # the candidates' held-out plug-in NLLs (STOP_LOSING)
+    watch = (STOP_LOSING and tuning == "online" and not by_evidence and not averaging
+             and s.tol is not None and CRITERION == "held_out_nll")
+    patience = s.n_iter_no_change if LOSING_PATIENCE is None else LOSING_PATIENCE
 
     def fit_one(c, scale=1.0, weaker=None):
         # the linear model's MAP is a convex problem: L-BFGS solves it (Adam's default
@@ -263,13 +282,28 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
         validation = None
         if tuning == "cv" and not by_evidence:
             validation = (X[held_out], y_model[held_out], w_val)
+        callbacks = list(pipe.callbacks(yf, wf))
+        if watch and plugins:  # behind the best smaller candidate, it stops (module doc)
+            callbacks.append(losing.LosingCandidate(
+                X[held_out], y_model[held_out], pipe.likelihood.name, min(plugins),
+                patience, s.tol, w_val))
+        name = f"hidden_layer_sizes={c}" + (f" at {scale:g}× the prior" if scale != 1 else "")
         net_, n_iter, curve = pipe.train(
-            Xf, yf, sample_weight=wf, callbacks=pipe.callbacks(yf, wf), init_module=init,
-            what=f"hidden_layer_sizes={c}" + (f" at {scale:g}× the prior" if scale != 1 else "")
-            + f": MAP training on {len(Xf)} of {len(X)} rows")
+            Xf, yf, sample_weight=wf, callbacks=callbacks, init_module=init,
+            what=f"{name}: MAP training on {len(Xf)} of {len(X)} rows")
+        stop = losing.detach(net_)
+        if stop is not None and stop.stopped_:
+            s.log(f"{name}: stopped after {n_iter} epochs: its held-out NLL (MAP plug-in) "
+                  f"{stop.best_nll_:.4f} did not improve for {patience} epochs, behind the "
+                  f"smaller candidates' {stop.reference:.4f}")
         fitted = pipe.laplace(net_, X=Xf, y_model=yf, sample_weight=wf,
                               validation=validation)
         evidence = evidence_at_optimum(fitted, s, yf, wf) + offset(fitted)
+        if watch:
+            p = next(net_.module_.parameters())
+            plugins.append(losing.plugin_nll(
+                net_.module_, torch.as_tensor(X[held_out]).to(p.device, p.dtype),
+                y_model[held_out], pipe.likelihood.name, fitted.hyper.sigma, w_val))
         nll = np.nan
         if averaging and not by_evidence:  # per row: the stacking weights'
             row_losses.append(held_out_losses(
@@ -283,7 +317,8 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
                 nll = held_out_nll(
                     fitted, torch.tensor(X[held_out], dtype=torch.float64, device=device),
                     torch.as_tensor(y_model[held_out], device=device), w_val, scorers)
-        return (net_, n_iter, curve, fitted), fitted.subset.n_params, nll, evidence
+        stopped = stop is not None and stop.stopped_
+        return (net_, n_iter, curve, fitted), fitted.subset.n_params, nll, evidence, stopped
 
     retry = retry_overfit and tuning == "cv" and not averaging
     fits, rows = run_candidates(s, sizes, X.shape[1], n_outputs, by_evidence, fit_one,

@@ -305,7 +305,8 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         Several candidates only, ordered by capacity: ``hidden_layer_sizes``,
         ``n_params``, ``criterion``, ``held_out_nll``, ``log_evidence`` (at its
         optimal prior), ``fit_time``, ``training_prior_precision`` (of its MAP
-        training), ``rank``; a ``ConvergenceWarning`` when the largest wins.
+        training), ``n_iter`` (its epochs), ``stopped_losing`` (stopped behind a
+        smaller one), ``rank``; a ``ConvergenceWarning`` when the largest wins.
     model_weights_ : ndarray of shape (n_candidates,)
         ``model_averaging=True`` only: the weights, by ``model_selection_results_``
         row (0: not refit); ``net_``, ``laplace_`` … are the largest weight's.
