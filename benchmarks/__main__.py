@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "defaults": ".defaults",
     "convergence": ".convergence",
     "multilabel": ".multilabel",
+    "multilabel_levers": ".multilabel_levers",
     "coldstart": ".cold_start",
     "selection": ".selection",
     "all": ".all",

@@ -411,3 +411,31 @@ def test_one_class_per_row_is_never_trained_again():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est.fit(X, Y[:, 0])
     assert est.model_selection_results_["training_prior_precision"] == [1.0, 1.0]
+
+
+def test_the_multilabel_levers_benchmark_reads_the_fits_predictive():
+    from benchmarks import multilabel_levers
+    from benchmarks.__main__ import build_parser
+
+    from sklaplace import LaplaceClassifier
+
+    args = build_parser().parse_args(["multilabel_levers", "--tasks", "satellite_groups",
+                                      "--refit-lr", "0.1"])
+    assert args.tasks == ["satellite_groups"] and args.refit_lr == 0.1 and args.splits == 3
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    Y = (X[:, :2] + 0.5 * rng.normal(size=(60, 2)) > 0).astype(int)
+    clf = LaplaceClassifier(hidden_layer_sizes=(), solver="lbfgs",
+                            hyperparameter_tuning="evidence", extrapolation_variance=0.0,
+                            random_state=0).fit(X, Y)
+    # the benchmark's probit of the GLM moments is the fit's own predictive
+    np.testing.assert_allclose(multilabel_levers._probit(clf.laplace_, X),
+                               clf.predict_proba(X), rtol=1e-10, atol=1e-12)
+    nll = multilabel_levers._nll(np.array([[1, 0]]), np.array([[0.8, 0.4]]))
+    np.testing.assert_allclose(nll, -np.log([[0.8, 0.6]]))
+    row = dict(sizes=(50,), candidates=[(), (50,)], held_out=np.array([0.5, 0.3]),
+               delta=10.0, LA=np.array([0.1, 0.2]), MAP=np.array([0.2, 0.2]),
+               MLP=np.array([0.1, 0.1]), best=0.14, best_delta=3.16)
+    text = multilabel_levers.report({"satellite_groups": [row]})
+    assert "| satellite_groups | 0.1500 | nan | 0.1400 | nan | nan | 0.2000 | 0.1000 |" in text
+    assert "→ (50,) at δ 10; per label LA [0.1, 0.2]" in text
