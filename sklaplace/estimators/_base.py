@@ -32,6 +32,7 @@ from .._laplace import policy
 from ._dask import is_dask
 from . import _crossfit as crossfit
 from . import _selection as selection
+from . import _warmup as warmup
 from ._fitting import fit_laplace
 from .._laplace import likelihoods, tuning, workflow
 from .._laplace.hyperparameters import Hyperparameters
@@ -90,11 +91,12 @@ class BaseLaplace(BaseEstimator):
         s = settings_of(self)
         rng = check_seed("random_state", self.random_state)
         train_seed, prediction_seed = (int(v) for v in rng.randint(0, 2**31 - 1, size=2))
-        # (the heteroscedastic regressor keeps one architecture: its held-out NLL is not
-        # the Gaussian one the selection scores)
-        auto = (s.net is None and task is None and likelihood_default != "heteroscedastic"
+        auto = (s.net is None and task is None
                 and selection.candidates(s.hidden_layer_sizes, X.shape[1], n_outputs) is not None)
-        if s.net is None:  # partial_fit keeps one architecture over its tasks
+        # the heteroscedastic default MLP: the selection of its mean-first phase (_warmup)
+        hetero = auto and likelihood_default == "heteroscedastic" and warmup.WARM_UP
+        auto = auto and likelihood_default != "heteroscedastic"
+        if s.net is None and not hetero:  # partial_fit keeps one architecture over its tasks
             s.hidden_layer_sizes = (s.hidden_layer_sizes if auto
                                     else selection.one_architecture(s.hidden_layer_sizes))
         frozen = s.net.estimator if isinstance(s.net, FrozenEstimator) else None
@@ -130,16 +132,25 @@ class BaseLaplace(BaseEstimator):
             self._store(*fit)
             self.hidden_layer_sizes_, self.model_selection_results_ = sizes, results
             return self
+        mean_start = results = None
+        if hetero:  # the one-σ mean's candidates, as the default's: then its sizes
+            split_seed = int(rng.randint(0, 2**31 - 1))
+            s.hidden_layer_sizes, mean_start, results = warmup.select_mean(
+                s, X, y_model, sample_weight, tuning_, split_seed, functools.partial(
+                    self._pipeline, s, X, n_outputs // 2, "gaussian", tuning_, targets,
+                    train_seed, prediction_seed), self._evidence_offset)
         pipe = prepare(s.hidden_layer_sizes if s.net is None else None)
         chosen = init = None
         if tuning_ == "cv":
             fit_rows, held_out = validation_split(
-                len(X), self.validation_fraction, int(rng.randint(0, 2**31 - 1)),
+                len(X), self.validation_fraction,
+                split_seed if hetero else int(rng.randint(0, 2**31 - 1)),
                 labels=None if pipe.likelihood.regression or pipe.likelihood.multilabel
                 else y_model)
             w_fit, w_val = ((None, None) if sample_weight is None
                             else (sample_weight[fit_rows], sample_weight[held_out]))
             first_net, *_ = pipe.train(X[fit_rows], y_model[fit_rows], sample_weight=w_fit,
+                                       mean_start=mean_start,
                                        what=f"MAP training on {len(fit_rows)} of {len(X)} rows "
                                             f"({len(held_out)} held out to tune δ)")
             first = pipe.laplace(first_net, X=X[fit_rows], y_model=y_model[fit_rows],
@@ -149,7 +160,7 @@ class BaseLaplace(BaseEstimator):
             self._log(f"refit on all {len(X)} rows with the held-out choice, training "
                       "warm-started from the net of the held-out pass")
         net_, n_iter, curve = pipe.train(X, y_model, sample_weight=sample_weight,
-                                         init_module=init,
+                                         init_module=init, mean_start=mean_start,
                                          callbacks=pipe.callbacks(y_model, sample_weight),
                                          what=f"MAP training on all {len(X)} rows")
         fitted = pipe.laplace(net_, X=X, y_model=y_model, sample_weight=sample_weight,
@@ -159,6 +170,8 @@ class BaseLaplace(BaseEstimator):
                 **fitted.report, "validation_nll": first.report["validation_nll"]})
         self._store(net_, n_iter, curve, fitted)
         self.hidden_layer_sizes_ = s.hidden_layer_sizes if s.net is None else None
+        if results is not None:
+            self.model_selection_results_ = results
         return self
 
     def _refit(self, s, pipe, first, X, y_model, sample_weight, split, seed):

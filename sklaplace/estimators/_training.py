@@ -106,12 +106,14 @@ def param_sizes(s, net, X, n_outputs, check_outputs):
 
 # ---------------------------------------------------------------- training
 def train(s, net, frozen, X, y_model, likelihood, hyper, sizes, seed, sample_weight=None,
-          init_module=None, what="MAP training", callbacks=()):
+          init_module=None, what="MAP training", callbacks=(), mean_start=None):
     """(``net_``, n_iter, loss curve): the frozen net, or a copy of ``net`` trained to the
     MAP on (X, y) at ``hyper`` (starting from the weights of ``init_module`` when given).
 
     ``verbose``: one line ``what`` with the epochs and the time, and the epochs'
-    progress while it runs longer than a few seconds (``_laplace.progress``)."""
+    progress while it runs longer than a few seconds (``_laplace.progress``).
+    ``mean_start``: the module the mean-first phase of ``noise="heteroscedastic"``
+    continues from (:func:`._warmup.select_mean`)."""
     if frozen is not None:
         s.log(f"{what}: none, the FrozenEstimator's net keeps its weights")
         # skorch leaves a net in train mode after fit; the LA reads it in inference mode
@@ -124,7 +126,8 @@ def train(s, net, frozen, X, y_model, likelihood, hyper, sizes, seed, sample_wei
     if warmup.applies(s, likelihood, frozen, init_module):
         mean_net, init_module, prior = warmup.train_mean(
             s, X, y_model, hyper, seed, sample_weight, callbacks, functools.partial(
-                online_callbacks, s, sample_weight=sample_weight, linear=True), sizes)
+                online_callbacks, s, sample_weight=sample_weight, linear=True), sizes,
+            start=mean_start)
         warm_epochs = len(mean_net.history)
         s.log(f"{what}: the mean alone first, {warm_epochs} epochs")
     if init_module is not None:

@@ -15,6 +15,15 @@ for the one-σ regressor. So the default MLP is trained in two phases:
    (μ = η₁e^(−g) unchanged); training then continues on the heteroscedastic
    likelihood, all outputs jointly.
 
+With ``hidden_layer_sizes="auto"`` (or a list of candidates) the first phase is the
+default's fit: :func:`select_mean` runs its architecture selection among the one-σ mean
+networks (:mod:`._selection`: the same split, candidates and greedy stop, their held-out
+Gaussian NLL), and the chosen candidate's training continues on all rows from its
+selection net, as the default's refit does (the linear model's by L-BFGS under the default
+``solver``); the natural-parameter network of the chosen sizes starts from there and trains
+by ``solver`` (L-BFGS's line search, on the natural parameters of a linear model, stepped
+to a non-finite loss on a synthetic set). A tuple is one architecture.
+
 A net of your own (``net=``) starts as it is.
 """
 
@@ -25,6 +34,7 @@ from sklearn.utils.validation import check_memory
 from .._laplace import likelihoods, nets
 from .._laplace.online import OnlineEvidence
 from .._laplace.subsets import _to_module
+from . import _selection as selection
 
 WARM_UP = True
 
@@ -44,19 +54,40 @@ def mean_sizes(hidden, n_features, n_targets):
     return sizes
 
 
-def train_mean(s, X, y_model, hyper, seed, sample_weight, callbacks, online_callbacks, sizes):
+def select_mean(s, X, y_model, sample_weight, tuning, seed, prepare, offset):
+    """The architecture of ``hidden_layer_sizes="auto"`` (or a list): the default's
+    selection among the one-σ mean networks (:func:`._selection.select`, on the split of
+    ``seed``); (the chosen sizes, how its mean's training on all rows starts, as the
+    default's refit: (the chosen candidate's selection net, or None where ``REFIT_START``
+    is "cold"; the solver), ``model_selection_results_``). ``prepare(sizes, solver,
+    prior_scale)``: the pipeline of the mean alone (the Gaussian likelihood, T outputs)."""
+    *fit, (sizes, _), results, _ = selection.select(
+        s, s.hidden_layer_sizes, X, y_model, y_model.shape[1], sample_weight, tuning=tuning,
+        seed=seed, stratify=False, prepare=prepare, scorers=None, offset=offset)
+    sizes = tuple(sizes)
+    module = fit[0].module_ if selection.REFIT_START == "warm" else None
+    return sizes, (module, "lbfgs" if sizes == () and s.solver == "adam" else s.solver), results
+
+
+def train_mean(s, X, y_model, hyper, seed, sample_weight, callbacks, online_callbacks, sizes,
+               start=None):
     """(the mean's trained skorch net, the natural-parameter module to start from, the
     training prior δ of the natural-parameter net, one value per parameter or a float).
 
     ``callbacks``: those of the natural-parameter training (an ``OnlineEvidence`` there
-    means one here, made by ``online_callbacks``); ``sizes``: its parameter tensors."""
+    means one here, made by ``online_callbacks``); ``sizes``: its parameter tensors;
+    ``start``: (a mean module to continue training from or None, the solver), from
+    :func:`select_mean`; None: a fresh start by ``solver``."""
     T = y_model.shape[1]
     gaussian = likelihoods.get("gaussian")
     mean_tensors = mean_sizes(s.hidden_layer_sizes, X.shape[1], T)
+    module, solver = (None, s.solver) if start is None else start
     net = nets.default_net(X.shape[1], T, s.hidden_layer_sizes, s.max_epochs, s.lr,
-                           s.batch_size, int(s.verbose >= 2), device=s.device, solver=s.solver)
+                           s.batch_size, int(s.verbose >= 2), device=s.device, solver=solver)
     online = any(isinstance(cb, OnlineEvidence) for cb in callbacks)
     extra = {} if sample_weight is None else {"sample_weight": sample_weight}
+    if module is not None:
+        extra["init_module"] = module
     fit = check_memory(s.memory).cache(nets.train_map)
     trained = fit(
         net, X, y_model, likelihood="gaussian", default_dtype=str(torch.get_default_dtype()),
