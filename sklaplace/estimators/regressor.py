@@ -33,11 +33,12 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         (``self.net`` is never mutated);
         ``FrozenEstimator(trained_net)`` keeps its weights and fits only the LA.
     hidden_layer_sizes : "auto", tuple of int or list of tuples, default="auto"
-        Hidden widths of the default MLP (``net=None`` only). ``"auto"``: chosen among ``()`` (the
-        linear model), ``(50,)`` and ``(50, 50)`` (a list of tuples: those), each trained and tuned
-        on ``1 − validation_fraction`` of the rows, by the held-out rows' NLL (the evidence with
-        under 10 held out), then refit as one architecture (of the one-σ mean with
-        ``noise="heteroscedastic"``). ``partial_fit`` takes ``(50,)``. A tuple: no selection.
+        Hidden widths of the default MLP (``net=None`` only). ``"auto"``:
+        chosen among ``()`` (the linear model), ``(50,)`` and ``(50, 50)`` (a
+        list of tuples: those), each trained and tuned on ``1 −
+        validation_fraction`` of the rows, by the held-out rows' NLL (the
+        evidence with under 10 held out), then refit as one architecture.
+        ``partial_fit`` takes ``(50,)``. A tuple: no selection.
     max_epochs : int, default=200
         Training epochs of the default MLP.
     lr : float, default=1e-2
@@ -192,9 +193,9 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         ``predict_dist(X).aleatoric_var`` is σ²(x), ``epistemic_var`` Var μ(x). ``sigma_noise``
         must stay 1.0 and ``sigma_noise_`` is not set; not with ``refine`` nor ``partial_fit``. The
         default MLP trains the mean alone (one σ), then both heads from there: the variance cannot
-        take up what the mean should fit. With several ``hidden_layer_sizes`` that phase is the
-        default's fit, its choice included. A skorch net needs the criterion
-        ``sklaplace.nets.HeteroscedasticGaussianNLLLoss``.
+        take up what the mean should fit; with several ``hidden_layer_sizes`` it is the default's
+        fit and choice (``model_selection_results_``: the one-σ means'). A skorch net needs the
+        criterion ``sklaplace.nets.HeteroscedasticGaussianNLLLoss``.
     normalize_y : bool, default=True
         Standardize the targets internally, so that every scale-dependent
         setting (``sigma_noise``, ``prior_precision``, the σ floor of tuning)
@@ -305,8 +306,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         ``n_params``, ``criterion``, ``held_out_nll``, ``log_evidence`` (at its
         optimal prior), ``fit_time``, ``training_prior_precision`` (of its MAP
         training), ``n_iter`` (its epochs), ``stopped_losing`` (stopped behind a
-        smaller one), ``rank``; a ``ConvergenceWarning`` when the largest wins (of the
-        one-σ mean with ``noise="heteroscedastic"``: its first phase).
+        smaller one), ``rank``; a ``ConvergenceWarning`` when the largest wins.
     model_weights_ : ndarray of shape (n_candidates,)
         ``model_averaging=True`` only: the weights, by ``model_selection_results_``
         row (0: not refit); ``net_``, ``laplace_`` … are the largest weight's.
