@@ -31,6 +31,7 @@ def sine_rows(n=300, seed=0):
 @pytest.fixture(autouse=True)
 def rule_on(monkeypatch):
     monkeypatch.setattr(_selection, "STOP_LOSING", True)
+    monkeypatch.setattr(_selection, "LOSING_MIN_STEPS", 0)  # tiny data: epochs of 2 steps
 
 
 def fit(X, y, **params):
@@ -141,3 +142,16 @@ def test_the_chosen_model_is_unchanged_where_the_larger_candidate_wins(monkeypat
     np.testing.assert_array_equal(on.model_selection_results_["n_iter"],
                                   off.model_selection_results_["n_iter"])
     np.testing.assert_array_equal(on.predict(X), off.predict(X))
+
+
+def test_few_steps_an_epoch_lengthen_the_patience(monkeypatch):
+    X, y = linear_rows()  # 240 fit rows: 2 steps an epoch
+    monkeypatch.setattr(_selection, "LOSING_MIN_STEPS", 400)  # a patience of 200 epochs
+    r = fit(X, y).model_selection_results_
+    assert not r["stopped_losing"].any() and r["n_iter"][1] == 100
+
+
+def test_no_reference_stops_any_stalled_candidate():
+    # STOP_STALLED: every candidate after the linear model stops on a stall
+    callback, stopped = rule_case(reference=None, weights=[[0.5, -0.5]] * 10)
+    assert stopped == 4 and callback.stopped_

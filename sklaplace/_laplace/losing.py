@@ -14,7 +14,8 @@ current σ (:func:`plugin_nll`: one forward pass over the held-out rows, no curv
 and stops training once that NLL has not improved by ``tol`` for ``patience`` epochs
 while its best is still worse than ``reference``: the same quantity of the best smaller
 candidate (its trained net at its fitted σ). Online tuning then restores its best
-update, as at any end of training. A candidate that improves on the smaller ones, or
+update, as at any end of training. The selection sets the patience to ``n_iter_no_change``
+epochs and at least 2,000 optimizer steps (a small net's plateau lasts steps, not epochs). A candidate that improves on the smaller ones, or
 keeps improving, trains as before; one that is stopped would lose unless it overtook
 them after the plateau.
 """
@@ -60,8 +61,9 @@ class LosingCandidate(Callback):
         The held-out rows (``y`` in model units, as trained).
     likelihood : str
         The likelihood's name.
-    reference : float
-        The best smaller candidate's held-out plug-in NLL (:func:`plugin_nll`).
+    reference : float or None
+        The best smaller candidate's held-out plug-in NLL (:func:`plugin_nll`); None
+        stops on the stall alone (early stopping on the held-out rows).
     patience : int
         Epochs without an improvement by ``tol`` that stop a candidate behind
         ``reference``.
@@ -128,7 +130,8 @@ class LosingCandidate(Callback):
             self._no_improvement += epoch - self._last
         self._last = epoch
         self.best_nll_ = min(self.best_nll_, nll)
-        if self._no_improvement >= self.patience and self.best_nll_ > self.reference:
+        behind = self.reference is None or self.best_nll_ > self.reference
+        if self._no_improvement >= self.patience and behind:
             self.stopped_ = True
             raise Converged
 

@@ -33,6 +33,7 @@ A user's ``net`` skips the selection, and so does an explicit tuple. ``partial_f
 keeps one architecture over its tasks: "auto" there means ``CONTINUAL_SIZES``.
 """
 
+import math
 import numbers
 import time
 import warnings
@@ -63,9 +64,16 @@ DECAY_STEP = 10.0
 RETRY_START = "cold"
 #: Under online tuning, a candidate whose held-out plug-in NLL stalls behind the smaller
 #: candidates' stops training (:mod:`sklaplace._laplace.losing`).
-STOP_LOSING = False
-#: Epochs that NLL may stall before a losing candidate stops (None: ``n_iter_no_change``).
+STOP_LOSING = True
+#: Epochs that NLL may stall before a losing candidate stops (None: ``n_iter_no_change``),
+#: and at least ``LOSING_MIN_STEPS`` optimizer steps: a small net's plateau lasts steps, not
+#: epochs (yacht's (50, 50), 2 steps an epoch, stopped after 35 epochs lost to the (50,)
+#: it would have beaten: docs/benchmarks.md, "The default fit at 10⁴–10⁶ rows").
 LOSING_PATIENCE = None
+LOSING_MIN_STEPS = 2000
+#: Stop every candidate after the linear model on that stall, not only a losing one (as
+#: early stopping on the held-out rows; measured: not the default).
+STOP_STALLED = False
 #: The candidates of ``hidden_layer_sizes="auto"``, by capacity.
 AUTO_CANDIDATES = ((), (50,), (50, 50))
 #: What "auto" means where one architecture must serve several fits (``partial_fit``).
@@ -272,7 +280,8 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
     row_losses, plugins = [], []  # the candidates' held-out plug-in NLLs (STOP_LOSING)
     watch = (STOP_LOSING and tuning == "online" and not by_evidence and not averaging
              and s.tol is not None and CRITERION == "held_out_nll")
-    patience = s.n_iter_no_change if LOSING_PATIENCE is None else LOSING_PATIENCE
+    patience = max(s.n_iter_no_change if LOSING_PATIENCE is None else LOSING_PATIENCE,
+                   math.ceil(LOSING_MIN_STEPS / math.ceil(len(Xf) / min(s.batch_size, len(Xf)))))
 
     def fit_one(c, scale=1.0, weaker=None):
         # the linear model's MAP is a convex problem: L-BFGS solves it (Adam's default
@@ -285,8 +294,8 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
         callbacks = list(pipe.callbacks(yf, wf))
         if watch and plugins:  # behind the best smaller candidate, it stops (module doc)
             callbacks.append(losing.LosingCandidate(
-                X[held_out], y_model[held_out], pipe.likelihood.name, min(plugins),
-                patience, s.tol, w_val))
+                X[held_out], y_model[held_out], pipe.likelihood.name,
+                None if STOP_STALLED else min(plugins), patience, s.tol, w_val))
         name = f"hidden_layer_sizes={c}" + (f" at {scale:g}× the prior" if scale != 1 else "")
         net_, n_iter, curve = pipe.train(
             Xf, yf, sample_weight=wf, callbacks=callbacks, init_module=init,
@@ -294,8 +303,9 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
         stop = losing.detach(net_)
         if stop is not None and stop.stopped_:
             s.log(f"{name}: stopped after {n_iter} epochs: its held-out NLL (MAP plug-in) "
-                  f"{stop.best_nll_:.4f} did not improve for {patience} epochs, behind the "
-                  f"smaller candidates' {stop.reference:.4f}")
+                  f"{stop.best_nll_:.4f} did not improve for {patience} epochs" + (
+                      "" if stop.reference is None else
+                      f", behind the smaller candidates' {stop.reference:.4f}"))
         fitted = pipe.laplace(net_, X=Xf, y_model=yf, sample_weight=wf,
                               validation=validation)
         evidence = evidence_at_optimum(fitted, s, yf, wf) + offset(fitted)
