@@ -155,3 +155,26 @@ def test_no_reference_stops_any_stalled_candidate():
     # STOP_STALLED: every candidate after the linear model stops on a stall
     callback, stopped = rule_case(reference=None, weights=[[0.5, -0.5]] * 10)
     assert stopped == 4 and callback.stopped_
+
+
+def test_stop_stalled_stops_a_winning_candidate_too(monkeypatch):
+    rng = np.random.RandomState(0)
+    X = rng.uniform(-2, 2, size=(300, 2))
+    y = np.abs(X[:, 0]) + 0.3 * rng.normal(size=300)
+    assert not fit(X, y).model_selection_results_["stopped_losing"].any()
+    monkeypatch.setattr(_selection, "STOP_STALLED", True)
+    est = fit(X, y)
+    r = est.model_selection_results_
+    assert est.hidden_layer_sizes_ == (20,)
+    assert list(r["stopped_losing"]) == [False, True] and r["n_iter"][1] < 100
+
+
+def test_the_refit_cap_bounds_only_a_stopped_candidates_refit(monkeypatch):
+    s = types.SimpleNamespace(max_epochs=200, lr=0.01)
+    results = {"hidden_layer_sizes": [(), (50,), (50, 50)], "n_iter": np.array([15, 40, 35]),
+               "stopped_losing": np.array([False, True, False])}
+    assert _selection.refit_settings(s, results, (50,)) is s  # REFIT_CAP off
+    monkeypatch.setattr(_selection, "REFIT_CAP", True)
+    capped = _selection.refit_settings(s, results, (50,))
+    assert capped.max_epochs == 40 and capped.lr == 0.01 and s.max_epochs == 200
+    assert _selection.refit_settings(s, results, (50, 50)) is s

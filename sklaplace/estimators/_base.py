@@ -121,9 +121,12 @@ class BaseLaplace(BaseEstimator):
                                      labels=y_model if stratify else None)
 
             def refit(sizes, fit, scale=1.0):
-                return self._refit(s, prepare(sizes, "lbfgs" if sizes == () and s.solver == "adam"
-                                              else None, scale), fit, X, y_model,
-                                   sample_weight, split, split_seed + 1)
+                s_ = selection.refit_settings(s, results, sizes)  # (REFIT_CAP)
+                pipe_ = self._pipeline(s_, X, n_outputs, likelihood_default, tuning_, targets,
+                                       train_seed, prediction_seed, sizes, "lbfgs" if sizes
+                                       == () and s.solver == "adam" else None, scale)
+                return self._refit(s_, pipe_, fit, X, y_model, sample_weight, split,
+                                   split_seed + 1)
 
             if mixture is not None:
                 return averaging.store(self, *mixture, results, refit)
