@@ -28,6 +28,7 @@ Example::
     python -m benchmarks multilabel_levers --tasks satellite_groups --splits 3
 """
 
+import contextlib
 import functools
 import warnings
 import zlib
@@ -56,9 +57,11 @@ def _probit(fitted, X):
     return expit(f.cpu().numpy() / np.sqrt(1 + np.pi / 8 * var))
 
 
+@contextlib.contextmanager
 def _capture(refit_lr):
-    """Wrap ``BaseLaplace._refit``: record the selection pass's fit, the rows in model
-    units and the split; with ``refit_lr`` ≠ 1 the refit trains at that factor of lr."""
+    """Within the block, wrap ``BaseLaplace._refit``: record the selection pass's fit, the
+    rows in model units and the split (the yielded dict); with ``refit_lr`` ≠ 1 the refit
+    trains at that factor of lr. The original method is restored on exit."""
     from sklearn.base import clone
 
     from sklaplace.estimators import _base
@@ -75,7 +78,10 @@ def _capture(refit_lr):
         return original(self, s, pipe, first, X, y_model, sample_weight, split, seed)
 
     _base.BaseLaplace._refit = _refit
-    return seen
+    try:
+        yield seen
+    finally:
+        _base.BaseLaplace._refit = original
 
 
 def run_split(name, X, Y, split, seen):
@@ -163,12 +169,13 @@ def add_arguments(parser):
 def main(args):
     from .multilabel import load_task
 
-    seen = _capture(args.refit_lr)
     results = {}
-    for name in args.tasks:
-        X, Y = load_task(name, args.data_dir)
-        results[name] = [run_split(name, X, Y, split, seen) for split in range(args.splits)]
-        print(report({name: results[name]}), flush=True)
+    with _capture(args.refit_lr) as seen:
+        for name in args.tasks:
+            X, Y = load_task(name, args.data_dir)
+            results[name] = [run_split(name, X, Y, split, seen)
+                             for split in range(args.splits)]
+            print(report({name: results[name]}), flush=True)
     text = report(results)
     print(text)
     if args.out:

@@ -438,4 +438,11 @@ def test_the_multilabel_levers_benchmark_reads_the_fits_predictive():
                MLP=np.array([0.1, 0.1]), best=0.14, best_delta=3.16)
     text = multilabel_levers.report({"satellite_groups": [row]})
     assert "| satellite_groups | 0.1500 | nan | 0.1400 | nan | nan | 0.2000 | 0.1000 |" in text
+    # the capture of the refit is undone when its block ends
+    from sklaplace.estimators import _base
+
+    original = _base.BaseLaplace._refit
+    with multilabel_levers._capture(1.0) as seen:
+        assert _base.BaseLaplace._refit is not original and seen == {}
+    assert _base.BaseLaplace._refit is original
     assert "→ (50,) at δ 10; per label LA [0.1, 0.2]" in text
