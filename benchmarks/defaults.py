@@ -93,6 +93,8 @@ MIXED_REGRESSION = tables.REGRESSION if tables.available() else ()
 CLASSIFICATION = SKLEARN_CLASSIFICATION + UCI_CLASSIFICATION_SETS + MIXED_CLASSIFICATION
 REGRESSION = ("diabetes", *UCI_REGRESSION_SETS, *MIXED_REGRESSION)
 DATASETS = CLASSIFICATION + REGRESSION
+#: Sets run by name only (``--datasets``), at the size ``--max-rows`` allows.
+LARGE_REGRESSION = tables.LARGE if tables.available() else ()
 
 METHODS = {"classification": ("LA", "MAP", "MLP", "linear", "HGB", "ensemble"),
            "regression": ("LA", "MAP", "MLP", "linear", "GP", "HGB", "ensemble")}
@@ -112,7 +114,7 @@ def task_of(name):
     """``"classification"`` or ``"regression"`` for a scoreboard data set name."""
     if name in CLASSIFICATION:
         return "classification"
-    if name in REGRESSION:
+    if name in REGRESSION or name in LARGE_REGRESSION:
         return "regression"
     raise ValueError(f"unknown data set {name!r}; known: {', '.join(DATASETS)}")
 
@@ -531,8 +533,10 @@ def report(records, warned, datasets, header):
 
 
 def add_arguments(parser):
-    parser.add_argument("--datasets", nargs="+", metavar="NAME", choices=DATASETS,
-                        help="data sets (default: all): " + ", ".join(DATASETS))
+    parser.add_argument("--datasets", nargs="+", metavar="NAME",
+                        choices=DATASETS + LARGE_REGRESSION,
+                        help="data sets (default: all): " + ", ".join(DATASETS)
+                        + "".join(f"; by name only: {n}" for n in LARGE_REGRESSION))
     parser.add_argument("--splits", type=int, metavar="N",
                         help="random 75/25 splits per data set (default 5; quick: 2)")
     parser.add_argument("--max-rows", type=int, metavar="N",
@@ -637,7 +641,7 @@ def _from_json(args):
         saved_warnings += saved.get("warnings", [])
         headers.append(saved.get("header", ""))
     present = {r["dataset"] for r in records}
-    datasets = [d for d in (args.datasets or DATASETS) if d in present]
+    datasets = [d for d in (args.datasets or DATASETS + LARGE_REGRESSION) if d in present]
     records = [r for r in records if r["dataset"] in datasets]
     warned = Counter()
     for method, text, n in saved_warnings:

@@ -29,7 +29,7 @@ from ._base import keeps_state_on_failure
 from .._laplace.workflow import torch_entry_point
 from ._threads import thread_policy
 from ._selection import candidates
-from ._training import prepare_net, settings_of
+from ._training import prepare_net, settings_of, with_batch_rows
 from ._validation import (check_fit_weight, check_params, check_seed, partial_fit_available,
                           validate_numeric, without_zero_weights)
 
@@ -157,7 +157,7 @@ def fit_next_task(estimator, X, y_model, sample_weight=None):
         scale = fitted.scale(train_hyper.sigma)
         estimator._log(f"task {n_tasks + 1}: MAP training from the previous posterior's mean")
         net_ = nets.train_map(
-            clone(net), X, y_model, likelihood=fitted.likelihood.name,
+            with_batch_rows(s, clone(net), len(X)), X, y_model, likelihood=fitted.likelihood.name,
             temperature=estimator.temperature, sigma_noise=np.asarray(sigma_train),
             prior_precision=train_hyper.for_training(tensor_sizes(estimator.net_.module_)),
             seed=seed, sample_weight=sample_weight,

@@ -8,7 +8,8 @@ the tuners tune δ alone, and the predictive maps the Gaussian over the outputs 
 mean and variance of y by linearizing the mean function (:mod:`._laplace.natural`).
 
 :class:`RegressorNoise` holds the hooks of the shared fit sequence that depend on the
-noise model (outputs per target, σ, the held-out NLL, what is stored), the rules of
+noise model (the rows' targets and σ as ``fit`` reads them, outputs per target, the
+default tuning, the held-out NLL, what is stored), the rules of
 its combination with other parameters, and the heteroscedastic predictive readouts.
 """
 
@@ -20,10 +21,11 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ..distributions._joint import model_joint
-from .._laplace import natural, nets
+from .._laplace import natural, nets, policy
 from .._laplace.fitted import generator
-from .._laplace.hyperparameters import TARGET_SCALING
-from ._validation import check_positive, check_seed
+from .._laplace.hyperparameters import TARGET_SCALING, TargetScale
+from ._validation import (check_fit_weight, check_positive, check_seed, positive_array,
+                          validate_numeric, without_zero_weights)
 
 HETERO = "heteroscedastic"
 _CRITERION = "sklaplace.nets.HeteroscedasticGaussianNLLLoss"
@@ -71,6 +73,34 @@ class RegressorNoise:
         return HETERO
 
     # hooks of the shared fit sequence (_base.BaseLaplace)
+    def _fit_rows(self, X, y, sample_weight=None, task=None):
+        """``fit``'s body; ``task``: the first ``partial_fit`` call's."""
+        X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
+                                y_numeric=True)
+        try:
+            y = np.asarray(y, dtype=np.float64)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"y must be numeric for LaplaceRegressor; {error}") from error
+        y2 = y.reshape(len(y), -1)
+        sample_weight = check_fit_weight(sample_weight, X)
+        X, y2, sample_weight = without_zero_weights(X, y2, sample_weight)
+        kind = self._noise_likelihood(task)
+        sigma = positive_array("sigma_noise", self.sigma_noise)
+        if sigma.size not in (1, y2.shape[1]):
+            raise ValueError(f"sigma_noise has {sigma.size} values but y has {y2.shape[1]} outputs.")
+        frozen = self.net.estimator if isinstance(self.net, FrozenEstimator) else None
+        targets, y_model = TargetScale.of_fit(y2, y.ndim, self.normalize_y, sample_weight, frozen,
+                                              self.sigma_noise, sigma, kind == "gaussian")
+        self._fit(X, y_model, kind, (2 if kind != "gaussian" else 1) * y2.shape[1], targets,
+                  sample_weight, task=task)
+        return self._record_scaling()
+
+    def _default_tuning(self, n_rows):
+        return policy.regressor_tuning(
+            isinstance(self.net, FrozenEstimator), np.size(self.sigma_noise),
+            self.max_epochs if self.net is None else self.net.max_epochs,
+            self.online_burn_in, self.online_frequency, self.subset_of_weights)
+
     def _check_outputs(self, likelihood, n_outputs, n_out):
         if n_out == n_outputs:
             return

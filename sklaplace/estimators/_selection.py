@@ -44,7 +44,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from . import _averaging as averaging_
-from .._laplace import losing
+from .._laplace import losing, policy
 from .._laplace import tuning as tuners
 from .._laplace.holdout import validation_split
 from .._laplace.policy import MIN_HELD_OUT_ROWS
@@ -295,7 +295,8 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
     watch = (STOP_LOSING and tuning == "online" and not by_evidence and not averaging
              and s.tol is not None and CRITERION == "held_out_nll")
     patience = max(s.n_iter_no_change if LOSING_PATIENCE is None else LOSING_PATIENCE,
-                   math.ceil(LOSING_MIN_STEPS / math.ceil(len(Xf) / min(s.batch_size, len(Xf)))))
+                   math.ceil(LOSING_MIN_STEPS / math.ceil(
+                       len(Xf) / min(policy.batch_rows(s.batch_size, len(Xf)), len(Xf)))))
 
     def fit_one(c, scale=1.0, weaker=None):
         # the linear model's MAP is a convex problem: L-BFGS solves it (Adam's default

@@ -12,6 +12,7 @@ import inspect
 
 import torch
 
+from .._laplace import policy
 from .._laplace.threads import torch_threads
 
 
@@ -52,7 +53,8 @@ def _work(estimator, X, fitting):
             return None
         rows = X.shape[0]
         if fitting:
-            rows = min(rows, int(getattr(estimator, "batch_size", rows) or rows))
+            rows = min(rows, policy.batch_rows(getattr(estimator, "batch_size", rows) or rows,
+                                               rows))
         return rows * weights
     except Exception:  # an estimate only: never the reason a call fails
         return None

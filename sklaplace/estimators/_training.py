@@ -104,6 +104,15 @@ def param_sizes(s, net, X, n_outputs, check_outputs):
     return tensor_sizes(module), all_linear(module, X), width
 
 
+def with_batch_rows(s, net, n_rows):
+    """The default MLP ``net`` with the minibatch of ``batch_size`` for ``n_rows``
+    training rows (:func:`._laplace.policy.batch_rows`); a user's net and the full
+    batch of L-BFGS (-1) unchanged."""
+    if s.net is not None or net.batch_size == -1:
+        return net
+    return net.set_params(batch_size=policy.batch_rows(s.batch_size, n_rows))
+
+
 # ---------------------------------------------------------------- training
 def train(s, net, frozen, X, y_model, likelihood, hyper, sizes, seed, sample_weight=None,
           init_module=None, what="MAP training", callbacks=(), mean_start=None):
@@ -132,6 +141,7 @@ def train(s, net, frozen, X, y_model, likelihood, hyper, sizes, seed, sample_wei
         s.log(f"{what}: the mean alone first, {warm_epochs} epochs")
     if init_module is not None:
         extra["init_module"] = init_module
+    net = with_batch_rows(s, net, len(X))
     shown = progress.Progress(net.max_epochs, what, s.log) if s.verbose else None
     token = progress.show_epochs(shown)
     try:

@@ -46,7 +46,7 @@ PARAMETER_CONSTRAINTS = {
     "model_averaging": ["boolean"],
     "max_epochs": _at_least(1),
     "lr": _POSITIVE,
-    "batch_size": _at_least(1),
+    "batch_size": _at_least(1) + [StrOptions({"auto"})],
     "tol": [_NON_NEGATIVE, None],
     "n_iter_no_change": _at_least(1),
     "solver": [StrOptions({"adam", "lbfgs"})],

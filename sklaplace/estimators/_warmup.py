@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_memory
 
-from .._laplace import likelihoods, nets
+from .._laplace import likelihoods, nets, policy
 from .._laplace.online import OnlineEvidence
 from .._laplace.subsets import _to_module
 from . import _selection as selection
@@ -83,7 +83,8 @@ def train_mean(s, X, y_model, hyper, seed, sample_weight, callbacks, online_call
     mean_tensors = mean_sizes(s.hidden_layer_sizes, X.shape[1], T)
     module, solver = (None, s.solver) if start is None else start
     net = nets.default_net(X.shape[1], T, s.hidden_layer_sizes, s.max_epochs, s.lr,
-                           s.batch_size, int(s.verbose >= 2), device=s.device, solver=solver)
+                           policy.batch_rows(s.batch_size, len(X)), int(s.verbose >= 2),
+                           device=s.device, solver=solver)
     online = any(isinstance(cb, OnlineEvidence) for cb in callbacks)
     extra = {} if sample_weight is None else {"sample_weight": sample_weight}
     if module is not None:

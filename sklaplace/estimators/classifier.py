@@ -53,8 +53,9 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         Training epochs of the default MLP.
     lr : float, default=1e-2
         Adam learning rate of the default MLP.
-    batch_size : int, default=128
-        Mini-batch size of the default MLP.
+    batch_size : int or "auto", default=128
+        Mini-batch size of the default MLP. ``"auto"`` (``LaplaceRegressor``'s
+        default): 128 rows, or ⌈N/16⌉ for N above 2,048 training rows.
     tol : float or None, default=1e-4
         Convergence of MAP training, as in ``MLPClassifier``: training stops
         when the per-epoch training loss (the MAP objective, likelihood and

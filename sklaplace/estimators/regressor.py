@@ -1,19 +1,14 @@
 """LaplaceRegressor: a neural network regressor with a Laplace posterior."""
 
-import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
-from sklearn.frozen import FrozenEstimator
 
-from .._laplace import policy
 from ._base import BaseLaplace, keeps_state_on_failure
 from ._continual import RegressorPartialFit
-from .._laplace.hyperparameters import TargetScale
 from .._laplace.workflow import torch_entry_point
 from ._regressor_noise import RegressorNoise
 from ._regressor_predictive import RegressorPredictive
 from ._threads import thread_policy
-from ._validation import (REGRESSOR_CONSTRAINTS, check_fit_weight, positive_array,
-                          validate_numeric, without_zero_weights)
+from ._validation import REGRESSOR_CONSTRAINTS
 
 
 class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, RegressorPartialFit,
@@ -43,8 +38,11 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         Training epochs of the default MLP.
     lr : float, default=1e-2
         Adam learning rate of the default MLP.
-    batch_size : int, default=128
-        Mini-batch size of the default MLP.
+    batch_size : int or "auto", default="auto"
+        Mini-batch size of the default MLP. ``"auto"``: 128 rows, or ⌈N/16⌉ for
+        N above 2,048 training rows (at most 16 Adam steps an epoch): a batch
+        that grows with N keeps the minibatch noise, which grows as lr·N/batch,
+        from leaving the net ever farther from its MAP, and epochs cheap.
     tol : float or None, default=1e-4
         Convergence of MAP training, as in ``MLPClassifier``: training stops
         when the per-epoch training loss (the MAP objective, likelihood and
@@ -336,7 +334,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
     _parameter_constraints = REGRESSOR_CONSTRAINTS
 
     def __init__(self, net=None, *, hidden_layer_sizes="auto", max_epochs=200, lr=1e-2,
-                 batch_size=128, tol=1e-4, n_iter_no_change=10, solver="adam",
+                 batch_size="auto", tol=1e-4, n_iter_no_change=10, solver="adam",
                  prior_precision=1.0, prior_structure="scalar",
                  hyperparameter_tuning="auto", validation_fraction=0.2, model_averaging=False,
                  subset_of_weights="auto",
@@ -420,31 +418,3 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
             match the targets.
         """
         return self._fit_any(X, y, sample_weight)
-
-    def _fit_rows(self, X, y, sample_weight=None, task=None):
-        """``fit``'s body; ``task``: the first ``partial_fit`` call's."""
-        X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
-                                y_numeric=True)
-        try:
-            y = np.asarray(y, dtype=np.float64)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"y must be numeric for LaplaceRegressor; {error}") from error
-        y2 = y.reshape(len(y), -1)
-        sample_weight = check_fit_weight(sample_weight, X)
-        X, y2, sample_weight = without_zero_weights(X, y2, sample_weight)
-        kind = self._noise_likelihood(task)
-        sigma = positive_array("sigma_noise", self.sigma_noise)
-        if sigma.size not in (1, y2.shape[1]):
-            raise ValueError(f"sigma_noise has {sigma.size} values but y has {y2.shape[1]} outputs.")
-        frozen = self.net.estimator if isinstance(self.net, FrozenEstimator) else None
-        targets, y_model = TargetScale.of_fit(y2, y.ndim, self.normalize_y, sample_weight, frozen,
-                                              self.sigma_noise, sigma, kind == "gaussian")
-        self._fit(X, y_model, kind, (2 if kind != "gaussian" else 1) * y2.shape[1], targets,
-                  sample_weight, task=task)
-        return self._record_scaling()
-
-    def _default_tuning(self, n_rows):
-        return policy.regressor_tuning(
-            isinstance(self.net, FrozenEstimator), np.size(self.sigma_noise),
-            self.max_epochs if self.net is None else self.net.max_epochs,
-            self.online_burn_in, self.online_frequency, self.subset_of_weights)
