@@ -87,7 +87,8 @@ class RegressorNoise:
         kind = self._noise_likelihood(task)
         sigma = positive_array("sigma_noise", self.sigma_noise)
         if sigma.size not in (1, y2.shape[1]):
-            raise ValueError(f"sigma_noise has {sigma.size} values but y has {y2.shape[1]} outputs.")
+            raise ValueError(
+                f"sigma_noise has {sigma.size} values but y has {y2.shape[1]} outputs.")
         frozen = self.net.estimator if isinstance(self.net, FrozenEstimator) else None
         targets, y_model = TargetScale.of_fit(y2, y.ndim, self.normalize_y, sample_weight, frozen,
                                               self.sigma_noise, sigma, kind == "gaussian")
