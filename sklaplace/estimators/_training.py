@@ -106,11 +106,11 @@ def param_sizes(s, net, X, n_outputs, check_outputs):
 
 def with_batch_rows(s, net, n_rows):
     """The default MLP ``net`` with the minibatch of ``batch_size`` for ``n_rows``
-    training rows (:func:`._laplace.policy.batch_rows`); a user's net and the full
-    batch of L-BFGS (-1) unchanged."""
+    training rows (:func:`._laplace.policy.batch_rows`; a copy, ``net`` is not
+    changed); a user's net and the full batch of L-BFGS (-1) as they are."""
     if s.net is not None or net.batch_size == -1:
         return net
-    return net.set_params(batch_size=policy.batch_rows(s.batch_size, n_rows))
+    return clone(net).set_params(batch_size=policy.batch_rows(s.batch_size, n_rows))
 
 
 # ---------------------------------------------------------------- training
