@@ -42,7 +42,8 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         Mini-batch size of the default MLP. ``"auto"``: 128 rows, or ⌈N/16⌉ for
         N above 2,048 training rows (at most 16 Adam steps an epoch): a batch
         that grows with N keeps the minibatch noise, which grows as lr·N/batch,
-        from leaving the net ever farther from its MAP, and epochs cheap.
+        from leaving the net ever farther from its MAP, and epochs cheap. A
+        nearly noise-free target can need the steps of a smaller batch.
     tol : float or None, default=1e-4
         Convergence of MAP training, as in ``MLPClassifier``: training stops
         when the per-epoch training loss (the MAP objective, likelihood and
