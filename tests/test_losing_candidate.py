@@ -151,6 +151,33 @@ def test_few_steps_an_epoch_lengthen_the_patience(monkeypatch):
     assert not r["stopped_losing"].any() and r["n_iter"][1] == 100
 
 
+@pytest.mark.parametrize("batch_size, n_rows, expected", [
+    (128, 240, (10, 1000)),         # 2 steps an epoch: 2,000 steps are 1,000 epochs
+    (128, 800_000, (10, 1)),        # 6,250 steps an epoch
+    (32, 3_200, (10, 20)),          # a smaller batch: 100 steps an epoch
+    ("auto", 240, (10, 1000)),      # "auto" is 128 rows up to 2,048: as 128
+    ("auto", 8_000, (10, 125)),     # 16 steps an epoch above 2,048 rows
+    ("auto", 800_000, (10, 125)),   # the stall itself: 10 epochs, not 125
+])
+def test_the_least_steps_count_from_the_start(monkeypatch, batch_size, n_rows, expected):
+    monkeypatch.setattr(_selection, "LOSING_MIN_STEPS", 2000)
+    s = types.SimpleNamespace(n_iter_no_change=10, batch_size=batch_size)
+    assert _selection.losing_patience(s, n_rows) == expected
+    monkeypatch.setattr(_selection, "LOSING_MIN_STEPS_OF", "stall")  # the earlier rule
+    assert _selection.losing_patience(s, n_rows) == (max(expected), 0)
+
+
+def test_a_stalled_candidate_does_not_stop_before_its_least_epochs():
+    rng = np.random.RandomState(0)
+    X = rng.normal(size=(50, 2))
+    y = X @ np.array([1.0, -1.0])
+    callback = losing.LosingCandidate(X, y[:, None], "gaussian", -5.0, 3, tol=1e-4,
+                                      min_epochs=7).initialize()
+    module = nn.Linear(2, 1, bias=False).double()
+    assert drive(callback, fake_net(module), [[0.5, -0.5]] * 10) == 7  # not 4
+    assert callback.stopped_
+
+
 def test_no_reference_stops_any_stalled_candidate():
     # STOP_STALLED: every candidate after the linear model stops on a stall
     callback, stopped = rule_case(reference=None, weights=[[0.5, -0.5]] * 10)

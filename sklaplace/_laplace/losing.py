@@ -13,11 +13,12 @@ tuning), the held-out NLL of the MAP plug-in predictive — the net's output wit
 current σ (:func:`plugin_nll`: one forward pass over the held-out rows, no curvature) —
 and stops training once that NLL has not improved by ``tol`` for ``patience`` epochs
 while its best is still worse than ``reference``: the same quantity of the best smaller
-candidate (its trained net at its fitted σ). Online tuning then restores its best
-update, as at any end of training. The selection sets the patience to ``n_iter_no_change``
-epochs and at least 2,000 optimizer steps (a small net's plateau lasts steps, not epochs). A candidate that improves on the smaller ones, or
-keeps improving, trains as before; one that is stopped would lose unless it overtook
-them after the plateau.
+candidate (its trained net at its fitted σ), and not before epoch ``min_epochs``. Online
+tuning then restores its best update, as at any end of training. The selection sets the
+patience to ``n_iter_no_change`` epochs and ``min_epochs`` to 2,000 optimizer steps (the
+plateau of a net's first steps lasts steps, not epochs). A candidate that improves on the
+smaller ones, or keeps improving, trains as before; one that is stopped would lose unless
+it overtook them after the plateau.
 """
 
 import math
@@ -71,6 +72,8 @@ class LosingCandidate(Callback):
         Least improvement of the best held-out NLL that counts.
     weight : ndarray or None
         The held-out rows' weights.
+    min_epochs : int
+        The epoch before which it does not stop.
 
     Attributes
     ----------
@@ -82,7 +85,8 @@ class LosingCandidate(Callback):
         (epoch, held-out plug-in NLL) of each evaluation.
     """
 
-    def __init__(self, X, y, likelihood, reference, patience, tol=1e-4, weight=None):
+    def __init__(self, X, y, likelihood, reference, patience, tol=1e-4, weight=None,
+                 min_epochs=0):
         self.X = X
         self.y = y
         self.likelihood = likelihood
@@ -90,6 +94,7 @@ class LosingCandidate(Callback):
         self.patience = patience
         self.tol = tol
         self.weight = weight
+        self.min_epochs = min_epochs
 
     def initialize(self):
         self.stopped_ = False
@@ -131,7 +136,7 @@ class LosingCandidate(Callback):
         self._last = epoch
         self.best_nll_ = min(self.best_nll_, nll)
         behind = self.reference is None or self.best_nll_ > self.reference
-        if self._no_improvement >= self.patience and behind:
+        if self._no_improvement >= self.patience and behind and epoch >= self.min_epochs:
             self.stopped_ = True
             raise Converged
 

@@ -67,11 +67,17 @@ RETRY_START = "cold"
 #: candidates' stops training (:mod:`sklaplace._laplace.losing`).
 STOP_LOSING = True
 #: Epochs that NLL may stall before a losing candidate stops (None: ``n_iter_no_change``),
-#: and at least ``LOSING_MIN_STEPS`` optimizer steps: a small net's plateau lasts steps, not
-#: epochs (yacht's (50, 50), 2 steps an epoch, stopped after 35 epochs lost to the (50,)
-#: it would have beaten: docs/benchmarks.md, "The default fit at 10⁴–10⁶ rows").
+#: and ``LOSING_MIN_STEPS`` optimizer steps that a candidate trains before it can stop: the
+#: plateau of a net's first steps lasts steps, not epochs (yacht's (50, 50), 2 steps an
+#: epoch, stopped after 35 epochs lost to the (50,) it would have beaten: docs/benchmarks.md,
+#: "The default fit at 10⁴–10⁶ rows").
 LOSING_PATIENCE = None
 LOSING_MIN_STEPS = 2000
+#: What those steps bound: "trained" (the candidate's steps from its start) or "stall" (the
+#: steps of the stall itself, as the epochs; measured: under ``batch_size="auto"``'s 16-step
+#: epochs a stall of 125 epochs, so a losing candidate above 2,048 rows trained to
+#: ``max_epochs``; not the default).
+LOSING_MIN_STEPS_OF = "trained"
 #: Stop every candidate after the linear model on that stall, not only a losing one (as
 #: early stopping on the held-out rows; measured: not the default).
 STOP_STALLED = False
@@ -240,6 +246,18 @@ def _scaled(prior_precision, scale):
     return float(value) if value.ndim == 0 else value
 
 
+def losing_patience(s, n_rows):
+    """(patience, least epochs) of a losing candidate that trains on ``n_rows`` rows under
+    the settings ``s``: the epochs its held-out NLL may stall (:data:`LOSING_PATIENCE`) and
+    the epochs before which it does not stop (:data:`LOSING_MIN_STEPS`)."""
+    epochs = s.n_iter_no_change if LOSING_PATIENCE is None else LOSING_PATIENCE
+    batch = min(policy.batch_rows(s.batch_size, n_rows), n_rows)
+    steps = math.ceil(LOSING_MIN_STEPS / math.ceil(n_rows / batch))
+    if LOSING_MIN_STEPS_OF == "stall":
+        return max(epochs, steps), 0
+    return epochs, steps
+
+
 def summarize(sizes, rows, by_evidence, prior_precision):
     """(index of the chosen candidate, ``model_selection_results_``) of the candidates'
     ``rows`` (:func:`run_candidates`) trained under their factor of ``prior_precision``;
@@ -294,9 +312,7 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
     row_losses, plugins = [], []  # the candidates' held-out plug-in NLLs (STOP_LOSING)
     watch = (STOP_LOSING and tuning == "online" and not by_evidence and not averaging
              and s.tol is not None and CRITERION == "held_out_nll")
-    patience = max(s.n_iter_no_change if LOSING_PATIENCE is None else LOSING_PATIENCE,
-                   math.ceil(LOSING_MIN_STEPS / math.ceil(
-                       len(Xf) / min(policy.batch_rows(s.batch_size, len(Xf)), len(Xf)))))
+    patience, min_epochs = losing_patience(s, len(Xf))
 
     def fit_one(c, scale=1.0, weaker=None):
         # the linear model's MAP is a convex problem: L-BFGS solves it (Adam's default
@@ -310,7 +326,8 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
         if watch and plugins:  # behind the best smaller candidate, it stops (module doc)
             callbacks.append(losing.LosingCandidate(
                 X[held_out], y_model[held_out], pipe.likelihood.name,
-                None if STOP_STALLED else min(plugins), patience, s.tol, w_val))
+                None if STOP_STALLED else min(plugins), patience, s.tol, w_val,
+                min_epochs=min_epochs))
         name = f"hidden_layer_sizes={c}" + (f" at {scale:g}× the prior" if scale != 1 else "")
         net_, n_iter, curve = pipe.train(
             Xf, yf, sample_weight=wf, callbacks=callbacks, init_module=init,
