@@ -144,9 +144,9 @@ def test_the_chosen_model_is_unchanged_where_the_larger_candidate_wins(monkeypat
     np.testing.assert_array_equal(on.predict(X), off.predict(X))
 
 
-def test_few_steps_an_epoch_lengthen_the_patience(monkeypatch):
+def test_few_steps_an_epoch_delay_the_stop(monkeypatch):
     X, y = linear_rows()  # 240 fit rows: 2 steps an epoch
-    monkeypatch.setattr(_selection, "LOSING_MIN_STEPS", 400)  # a patience of 200 epochs
+    monkeypatch.setattr(_selection, "LOSING_MIN_STEPS", 400)  # no stop before epoch 200
     r = fit(X, y).model_selection_results_
     assert not r["stopped_losing"].any() and r["n_iter"][1] == 100
 
