@@ -14,10 +14,10 @@ the types below are written or read:
   writes their weights and rebuilds them from their specification, never from the file);
 - ``functools.partial`` of the functions in :data:`FUNCTIONS`.
 
-Anything else is refused with a ``TypeError`` naming it, when writing and when reading:
-nothing is unpickled, no class or function is looked up by a name the file chooses
-beyond these tables. The same object reached twice is written once and read back as one
-object (a posterior shared by the fit and its evidence).
+Anything else is refused naming it: with a ``TypeError`` when writing, with
+:class:`Refused` when reading: nothing is unpickled, no class or function is looked up
+by a name the file chooses beyond these tables. The same object reached twice is written
+once and read back as one object (a posterior shared by the fit and its evidence).
 """
 
 import dataclasses
@@ -38,6 +38,14 @@ from ._laplace.outside import RangeKernel
 from ._laplace.posterior import DiagPosterior, EigenPosterior, KronPosterior
 from ._laplace.refine import RefinedSubset
 from ._laplace.subsets import AllWeights, LastLayer, Subnetwork, feature_body
+
+class Refused(ValueError, TypeError):
+    """A model file's content that :mod:`sklaplace.io` does not load.
+
+    A ``ValueError`` (the file is wrong, not the call); also a ``TypeError``, which
+    unknown types in a file raised before.
+    """
+
 
 class _Spec:
     """How one class is written: its declared attributes (``fields``); ``caches``: the
@@ -63,7 +71,7 @@ class _Spec:
     def build(self, state):
         unknown = sorted(set(state) - set(self.fields))
         if unknown:
-            raise TypeError(f"a saved {self.cls.__name__} has unknown attributes {unknown}")
+            raise Refused(f"a saved {self.cls.__name__} has unknown attributes {unknown}")
         if dataclasses.is_dataclass(self.cls):
             return self.cls(**state)
         obj = self.cls.__new__(self.cls)
@@ -246,7 +254,7 @@ class Reader:
 
     def array(self, key):
         if key not in self._arrays:
-            raise ValueError(f"the model file lacks the array {key!r}")
+            raise Refused(f"the model file lacks the array {key!r}")
         return self._arrays[key]
 
     def tensor(self, spec):
@@ -258,7 +266,7 @@ class Reader:
             order = spec.get("order")
             if order is not None:
                 if sorted(order) != list(range(t.dim())):
-                    raise ValueError("a tensor of the model file has an invalid layout")
+                    raise Refused("a tensor of the model file has an invalid layout")
                 t = t.permute([order.index(d) for d in range(t.dim())])
             if "expand" in spec:
                 t = t.expand(spec["expand"])
@@ -271,7 +279,7 @@ class Reader:
         if isinstance(value, list):
             return [self(v) for v in value]
         if not isinstance(value, dict) or len(value) == 0:
-            raise TypeError(f"unknown value in the model file: {value!r}"[:200])
+            raise Refused(f"unknown value in the model file: {value!r}"[:200])
         tag = next(iter(value))
         if tag == "$ndarray":
             return self.array(value["$ndarray"]).copy()
@@ -290,26 +298,26 @@ class Reader:
         if tag == "$dtype":
             dtype = getattr(torch, str(value["$dtype"]), None)
             if not isinstance(dtype, torch.dtype):
-                raise TypeError(f"unknown dtype in the model file: {value['$dtype']!r}")
+                raise Refused(f"unknown dtype in the model file: {value['$dtype']!r}")
             return dtype
         if tag == "$module":
             return self._module(value["$module"])
         if tag == "$partial":
             func = FUNCTIONS.get(value["$partial"])
             if func is None:
-                raise TypeError(f"the model file names an unknown function "
-                                f"{value['$partial']!r}; refused")
+                raise Refused(f"the model file names an unknown function "
+                              f"{value['$partial']!r}; refused")
             return functools.partial(func, *self(value["args"]), **self(value["keywords"]))
         if tag == "$ref":
             if value["$ref"] not in self._objects:
-                raise ValueError("the model file refers to an object it does not hold")
+                raise Refused("the model file refers to an object it does not hold")
             return self._objects[value["$ref"]]
         if tag == "$object":
             spec = TYPES.get(value["$object"])
             if spec is None:
-                raise TypeError(f"the model file holds an unknown type {value['$object']!r}; "
-                                "refused (sklaplace.io reads only the types it writes)")
+                raise Refused(f"the model file holds an unknown type {value['$object']!r}; "
+                              "refused (sklaplace.io reads only the types it writes)")
             obj = spec.build({k: self(v) for k, v in value["state"].items()})
             self._objects[value["id"]] = obj
             return obj
-        raise TypeError(f"unknown tag {tag!r} in the model file; refused")
+        raise Refused(f"unknown tag {tag!r} in the model file; refused")

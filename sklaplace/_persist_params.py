@@ -4,7 +4,8 @@ The constructor parameters and fitted attributes go through the fitted state's t
 :mod:`sklaplace._persist`; here are the values only parameters hold: classes by an
 allowlisted name (or the name of a user's module factory), skorch nets by their
 specification, ``FrozenEstimator``, callbacks, fitted candidates of ``model_averaging``.
-Reading builds only these; nothing is unpickled.
+Reading builds only these, after :func:`~._persist_allowed.check_document` has checked
+each against its class's table; nothing is unpickled.
 """
 
 import importlib
@@ -16,16 +17,9 @@ from torch import nn
 
 from ._aliases import MOVED
 from ._persist import Reader, Writer
+from ._persist_allowed import NET_ATTRIBUTES, _estimators, class_name
 
 _ALLOWED = ("torch.nn", "torch.optim", "torch.utils.data", "skorch", "sklaplace")
-_NET_ATTRIBUTES = ("sklaplace_target_scaling_", "classes_inferred_")
-
-
-def _estimators():
-    from .estimators.classifier import LaplaceClassifier
-    from .estimators.regressor import LaplaceRegressor
-
-    return {"LaplaceClassifier": LaplaceClassifier, "LaplaceRegressor": LaplaceRegressor}
 
 
 def _allowed(module):
@@ -49,14 +43,10 @@ def _resolve_class(name):
     return obj
 
 
-def _class_name(cls):
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
 # ---------------------------------------------------------------- writing
 class _ParamWriter(Writer):
     """:class:`~._persist.Writer` with what parameters hold: classes by name (allowlisted,
-    or a user's name), skorch nets, ``FrozenEstimator``, callbacks, ``Memory``."""
+    or a user's name), skorch nets, ``FrozenEstimator``, callbacks; never ``memory``."""
 
     def __init__(self, module_name):
         super().__init__(self._module_ref)
@@ -91,8 +81,8 @@ class _ParamWriter(Writer):
         return len(self.modules) - 1
 
     def _class(self, cls, param):
-        if _resolve_class(_class_name(cls)) is cls:
-            return {"$class": _class_name(cls)}
+        if _resolve_class(class_name(cls)) is cls:
+            return {"$class": class_name(cls)}
         name = self.module_name if param == "module" and self.module_name else cls.__qualname__
         return {"$user": name}
 
@@ -101,7 +91,7 @@ class _ParamWriter(Writer):
 
         if id(net) in self._nets:
             return {"$net_ref": self._nets[id(net)]}
-        if not isinstance(net, NeuralNet) or _resolve_class(_class_name(type(net))) is None:
+        if not isinstance(net, NeuralNet) or _resolve_class(class_name(type(net))) is None:
             raise TypeError(f"sklaplace.io saves skorch's own net classes, not "
                             f"{type(net).__qualname__}")
         self._nets[id(net)] = len(self._nets)
@@ -114,11 +104,11 @@ class _ParamWriter(Writer):
                 raise TypeError("sklaplace.io saves a skorch net whose module is a class (or "
                                 "factory) with module__ arguments, not a module instance")
             params[key] = self._param(value, key)
-        out = {"$net": _class_name(type(net)), "id": self._nets[id(net)], "params": params}
+        out = {"$net": class_name(type(net)), "id": self._nets[id(net)], "params": params}
         if getattr(net, "initialized_", False):
             out["module"] = self._root(net.module_, {"source": "net"})
             out["history"] = self(list(net.history))
-            out["attributes"] = {k: self(getattr(net, k)) for k in _NET_ATTRIBUTES
+            out["attributes"] = {k: self(getattr(net, k)) for k in NET_ATTRIBUTES
                                  if hasattr(net, k)}
         return out
 
@@ -126,7 +116,9 @@ class _ParamWriter(Writer):
         """The parameters and fitted attributes of the file's estimator, or of a candidate."""
         params, state = estimator.get_params(deep=False), vars(estimator)
         order = sorted(set(state) - set(params), key=lambda k: (k != "net_", k != "laplace_", k))
-        return {"params": {k: self._param(v, k) for k, v in params.items()},  # nets first:
+        # memory: a cache directory of this machine, not part of the model; never written
+        return {"params": {k: None if k == "memory" else self._param(v, k)  # nets first:
+                           for k, v in params.items()},
                 "attributes": {k: self._param(state[k], k) for k in order}}
 
     def _param(self, value, key=None):
@@ -146,10 +138,8 @@ class _ParamWriter(Writer):
             return items if type(value) is list else {"$tuple": items}
         if isinstance(value, dict) and type(value) is dict:
             return {"$dict": [[self(k), self._param(v)] for k, v in value.items()]}
-        if hasattr(value, "cache") and hasattr(value, "location"):  # joblib.Memory
-            return {"$memory": value.location}
-        if hasattr(value, "get_params") and _resolve_class(_class_name(type(value))):
-            return {"$instance": _class_name(type(value)),
+        if hasattr(value, "get_params") and _resolve_class(class_name(type(value))):
+            return {"$instance": class_name(type(value)),
                     "params": {k: self._param(v) for k, v in
                                value.get_params(deep=False).items()}}
         if isinstance(value, np.ndarray) and value.dtype.kind in "USO" and all(
@@ -241,7 +231,6 @@ class _ParamReader(Reader):
 
     def _param(self, value):
         from sklearn.frozen import FrozenEstimator
-        from sklearn.utils.validation import check_memory
 
         if isinstance(value, list):
             return [self._param(v) for v in value]
@@ -267,8 +256,6 @@ class _ParamReader(Reader):
             return tuple(self._param(v) for v in value["$tuple"])
         if tag == "$dict":
             return {self(k): self._param(v) for k, v in value["$dict"]}
-        if tag == "$memory":
-            return check_memory(value["$memory"])
         if tag == "$strings":
             return np.asarray(value["$strings"], dtype=object if value.get("object") else None)
         if tag == "$estimator" and value["$estimator"] in _estimators():

@@ -12,9 +12,10 @@ Networks are rebuilt from their specification, never from the file: sklaplace's
 default MLP from its sizes; a module of your own from the factory you pass to
 :func:`load` under the name it was saved with (``module_name``, by default the class's
 qualified name). Parameters that are classes (skorch's ``module``, ``criterion``,
-``optimizer``, ``iterator_train``…) are stored by name and resolved only from
-``torch.nn``, ``torch.optim``, ``torch.utils.data``, ``skorch`` and sklaplace, or from
-``modules``.
+``optimizer``, ``iterator_train``…) are stored by name and resolved only from the
+classes listed for their role, or from ``modules``; callbacks only of the listed
+classes. Nothing that reads or writes a path is restored (checkpoints, loggers,
+``memory``).
 """
 
 import io as _io
@@ -24,9 +25,12 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from . import __version__
 from ._laplace.workflow import MODULE_IN_USE
+from ._persist import Refused
+from ._persist_allowed import check_document
 from ._persist_params import _estimators, _ParamReader, _ParamWriter
 
 __all__ = ["save", "load"]
@@ -73,6 +77,11 @@ def save(estimator, path, module_name=None):
     doc = {"format": _FORMAT, "version": FORMAT_VERSION, "sklaplace": __version__,
            "estimator": type(estimator).__name__, **state}
     doc["modules"] = writer.modules
+    try:
+        check_document(doc)
+    except Refused as error:
+        raise TypeError(f"sklaplace.io cannot save this {type(estimator).__name__}, as "
+                        f"sklaplace.io.load would refuse the file: {error}") from None
     path = Path(path)
     buffer = _io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -87,8 +96,8 @@ def save(estimator, path, module_name=None):
 
 # ---------------------------------------------------------------- reading
 def _refuse(path, why):
-    return ValueError(f"{path} is not a model file sklaplace.io can load: {why}. Nothing in "
-                      "it was run.")
+    return Refused(f"{path} is not a model file sklaplace.io can load: {why}. Nothing in "
+                   "it was run.")
 
 
 def _read_archive(path):
@@ -159,8 +168,10 @@ def load(path, modules=None, device=None):
     Raises
     ------
     ValueError
-        If the file holds a pickle stream, an object array or an unknown type, was saved
-        in a later format version, or needs a module factory not in ``modules``.
+        If the file holds a pickle stream, an object array, an unknown type or class, or
+        a callback or parameter that reads or writes a path, was saved in a later format
+        version, or needs a module factory not in ``modules``. The message names the file
+        and what is wrong.
 
     See Also
     --------
@@ -171,14 +182,26 @@ def load(path, modules=None, device=None):
         raise TypeError("modules must be a dict of names to module factories (callables)")
     doc, arrays = _read_archive(path)
     _check_version(path, doc)
-    cls = _estimators().get(doc.get("estimator"))
-    if cls is None:
-        raise _refuse(path, f"unknown estimator {doc.get('estimator')!r}")
+    try:
+        missing = sorted(check_document(doc) - set(modules or {}))
+    except Refused as error:
+        raise _refuse(path, error) from None
+    if missing:
+        raise ValueError(
+            f"{path} needs the module {missing[0]!r}, a class of your own: pass its factory, "
+            f"load(path, modules={{{missing[0]!r}: MyModule}}). The file holds its weights "
+            "only; sklaplace.io never builds code from the file.")
+    cls = _estimators()[doc["estimator"]]
     reader = _ParamReader(arrays, doc, modules, device)
     try:
         estimator = reader._estimator(cls, doc)
-    except (KeyError, IndexError, AttributeError) as error:
-        raise _refuse(path, f"its document is malformed ({error!r})") from None
+    except Refused as error:
+        raise _refuse(path, error) from None
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except (KeyError, IndexError, AttributeError, TypeError, ValueError, RuntimeError,
+            OverflowError, RecursionError) as error:  # a document that is not the writer's
+        raise _refuse(path, f"its document is malformed ({error!r})"[:400]) from None
     if reader.mapped:
         warnings.warn(
             f"This {cls.__name__} was saved on {reader.mapped[0]!r}, but torch has no CUDA "

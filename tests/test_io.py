@@ -274,7 +274,8 @@ def test_unknown_types_and_classes_are_refused(tmp_path):
             "$partial": "builtins.eval", "args": {"$tuple": ["1"]}, "keywords": {"$dict": []}}
 
     for edit, message in [(unknown_object, "unknown type 'os.system'"),
-                          (foreign_class, "outside torch.nn"),
+                          (foreign_class, "not one sklaplace.io rebuilds as a skorch net's "
+                                          "optimizer"),
                           (foreign_function, "unknown function 'builtins.eval'")]:
         path = _edit_document(good, tmp_path / "bad.sklaplace", edit)
         with pytest.raises(TypeError, match=message):

@@ -1,0 +1,211 @@
+"""sklaplace.io and files from strangers: nothing that reaches the disk is restored."""
+
+import json
+import re
+import warnings
+import zipfile
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification
+from skorch import NeuralNetClassifier
+from skorch.callbacks import GradientNormClipping, LRScheduler
+from torch import nn
+
+from sklaplace import LaplaceClassifier, LaplaceRegressor
+from sklaplace import io as skio
+
+X, y = make_classification(48, 4, n_informative=3, n_redundant=0, n_classes=3, random_state=0)
+SMALL = dict(hidden_layer_sizes=(6,), max_epochs=8, random_state=0)
+
+
+class TinyNet(nn.Module):
+    def __init__(self, width=5):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, width), nn.Tanh())
+        self.head = nn.Linear(width, 3)
+
+    def forward(self, X):
+        return self.head(self.body(X))
+
+
+def _fit(est):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return est.fit(X.astype(np.float32), y)
+
+
+@pytest.fixture(scope="module")
+def default_file(tmp_path_factory):
+    est = _fit(LaplaceClassifier(**SMALL, subset_of_weights="last_layer",
+                                 hessian_structure="full"))
+    return skio.save(est, tmp_path_factory.mktemp("good") / "default.sklaplace")
+
+
+@pytest.fixture(scope="module")
+def callbacks_file(tmp_path_factory):
+    """A fitted net of the user's with callbacks: the document a hostile one edits."""
+    net = NeuralNetClassifier(TinyNet, max_epochs=3, criterion=nn.CrossEntropyLoss,
+                              train_split=None, verbose=0,
+                              callbacks=[GradientNormClipping(1.0),
+                                         ("sched", LRScheduler("StepLR", step_size=2))],
+                              callbacks__sched__step_size=3,
+                              callbacks__print_log__floatfmt=".3f")
+    est = _fit(LaplaceClassifier(net, random_state=0, subset_of_weights="last_layer"))
+    return skio.save(est, tmp_path_factory.mktemp("good") / "callbacks.sklaplace")
+
+
+def _rewrite(src, dst, replace=None, add=None, compress=zipfile.ZIP_DEFLATED):
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compress) as zout:
+        for name in zin.namelist():
+            data = zin.read(name)
+            if replace and name in replace:
+                data = replace[name](data)
+            zout.writestr(name, data)
+        for name, data in (add or {}).items():
+            zout.writestr(name, data)
+    return dst
+
+
+def _edit(src, dst, edit):
+    def change(data):
+        doc = json.loads(data)
+        edit(doc)
+        return json.dumps(doc).encode()
+
+    return _rewrite(src, dst, replace={"sklaplace.json": change})
+
+
+def _refused(path, *words):
+    """pytest.raises for a ValueError that names the file and each of ``words``."""
+    pattern = re.escape(str(path)) + "".join(f".*{re.escape(w)}" for w in words)
+    return pytest.raises(ValueError, match=re.compile(pattern, re.S))
+
+
+# ---------------------------------------------------------------- the disk
+def test_memory_is_never_written_and_never_restored(default_file, tmp_path):
+    for memory in [str(tmp_path / "cache_str"), joblib.Memory(tmp_path / "cache_obj",
+                                                               verbose=0)]:
+        path = skio.save(LaplaceRegressor(memory=memory), tmp_path / "m.sklaplace")
+        doc = json.loads(zipfile.ZipFile(path).read("sklaplace.json"))
+        assert doc["params"]["memory"] is None
+        assert skio.load(path).memory is None
+    for i, value in enumerate([str(tmp_path / "planted"), {"$memory": str(tmp_path / "planted")}]):
+        def plant(doc):
+            doc["params"]["memory"] = value
+
+        path = _edit(default_file, tmp_path / f"memory{i}.sklaplace", plant)
+        with _refused(path, "params.memory", "cache directory"):
+            skio.load(path)
+    assert not (tmp_path / "cache_str").exists() and not (tmp_path / "planted").exists()
+
+
+def _instance(name, **params):
+    return {"$instance": name, "params": params}
+
+
+def _hostile_nets(notes):
+    """{case: (edit of the net's parameters, the entry the refusal names, a word of its
+    reason)}; ``notes``: the directory of the user's file a checkpoint would overwrite."""
+    checkpoint = _instance("skorch.callbacks.training:Checkpoint", dirname=notes,
+                           f_params="notes.txt", f_optimizer=None, f_criterion=None,
+                           f_history=None, monitor=None)
+
+    def callback(value):
+        return lambda p: p["callbacks"].append(value)
+
+    def setting(key, value):
+        return lambda p: p.__setitem__(key, value)
+
+    loggers = ["skorch.callbacks.logging:TensorBoard", "skorch.callbacks.logging:MlflowLogger",
+               "skorch.callbacks.logging:WandbLogger", "skorch.callbacks.logging:NeptuneLogger",
+               "skorch.callbacks.logging:SacredLogger"]
+    return {
+        "checkpoint": (callback(checkpoint), "callbacks[2]", "Checkpoint"),
+        "named_checkpoint": (callback({"$tuple": ["cp", checkpoint]}), "callbacks[2]",
+                             "Checkpoint"),
+        "checkpoint_class": (callback({"$class": "skorch.callbacks.training:Checkpoint"}),
+                             "callbacks[2]", "Checkpoint"),
+        "train_end_checkpoint": (
+            callback(_instance("skorch.callbacks.training:TrainEndCheckpoint", dirname=notes)),
+            "callbacks[2]", "TrainEndCheckpoint"),
+        "load_init_state": (
+            callback(_instance("skorch.callbacks.training:LoadInitState", checkpoint=checkpoint)),
+            "callbacks[2]", "LoadInitState"),
+        **{name.split(":")[1]: (callback(_instance(name, writer=notes)), "callbacks[2]",
+                                name.split(":")[1]) for name in loggers},
+        "replaced_default": (setting("callbacks__print_log", checkpoint),
+                             "callbacks__print_log", "Checkpoint"),
+        "callback_param": (setting("callbacks__sched__dirname", notes),
+                           "callbacks__sched__dirname", "dirname"),
+        "unknown_callback": (setting("callbacks__checkpoint__dirname", notes),
+                             "callbacks__checkpoint__dirname", "sets no callback"),
+        "class_in_a_role": (setting("iterator_train",
+                                    {"$class": "skorch.callbacks.training:Checkpoint"}),
+                            "iterator_train", "Checkpoint"),
+        "class_as_an_argument": (setting("optimizer__foreach",
+                                         {"$class": "skorch.callbacks.training:Checkpoint"}),
+                                 "optimizer__foreach", "a class"),
+        "compile": (setting("compile", True), "compile", "torch.compile"),
+        "compile_options": (setting("compile__options", {"$dict": [["cpp.cxx", "/bin/sh"]]}),
+                            "compile__options", "not a parameter"),
+        "torch_load_kwargs": (setting("torch_load_kwargs", {"$dict": [["weights_only", False]]}),
+                              "torch_load_kwargs", "how torch loads"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_hostile_nets("")))
+def test_nothing_that_reads_or_writes_a_path_is_restored(callbacks_file, tmp_path, case):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's notes")
+    edit, entry, word = _hostile_nets(str(tmp_path))[case]
+    path = _edit(callbacks_file, tmp_path / "hostile.sklaplace",
+                 lambda doc: edit(doc["attributes"]["net_"]["params"]))
+    with _refused(path, f"attributes.net_.params.{entry}", word):
+        skio.load(path, modules={"TinyNet": TinyNet})
+    assert notes.read_text() == "the user's notes" and sorted(tmp_path.iterdir()) == sorted(
+        [notes, path])
+
+
+def test_classes_outside_the_tables_are_refused(callbacks_file, tmp_path):
+    def net_class(doc):
+        doc["attributes"]["net_"]["$net"] = "skorch.callbacks.training:Checkpoint"
+
+    def scheduler_policy(doc):
+        doc["attributes"]["net_"]["params"]["callbacks"][1]["$tuple"][1]["params"][
+            "policy"] = {"$class": "skorch.callbacks.training:Checkpoint"}
+
+    def estimator_param(doc):
+        doc["params"]["prior_precision"] = _instance("skorch.callbacks.training:Checkpoint")
+
+    def attribute(doc):
+        doc["attributes"]["predict"] = 1.0
+
+    for edit, words in [(net_class, ["attributes.net_", "not a net class"]),
+                        (scheduler_policy, ["policy", "learning-rate schedule"]),
+                        (estimator_param, ["params.prior_precision", "an object"]),
+                        (attribute, ["attributes.predict", "not a fitted attribute"])]:
+        path = _edit(callbacks_file, tmp_path / "bad.sklaplace", edit)
+        with _refused(path, *words):
+            skio.load(path, modules={"TinyNet": TinyNet})
+
+
+def test_allowed_callbacks_round_trip(callbacks_file):
+    loaded = skio.load(callbacks_file, modules={"TinyNet": TinyNet})
+    clip, (name, scheduler) = loaded.net_.callbacks
+    assert type(clip) is GradientNormClipping and clip.gradient_clip_value == 1.0
+    assert name == "sched" and type(scheduler) is LRScheduler and scheduler.step_size == 3
+    assert loaded.net_.callbacks__sched__step_size == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded.fit(X.astype(np.float32), y)  # trains with them, as the saved one did
+    assert loaded.predict_proba(X).shape == (48, 3)
+
+
+def test_save_refuses_what_load_would_refuse(tmp_path):
+    net = NeuralNetClassifier(TinyNet, compile=True, train_split=None)
+    path = tmp_path / "never.sklaplace"
+    with pytest.raises(TypeError, match="load would refuse.*torch.compile"):
+        skio.save(LaplaceClassifier(net), path)
+    assert not path.exists()
