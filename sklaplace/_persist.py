@@ -18,11 +18,13 @@ Anything else is refused naming it: with a ``TypeError`` when writing, with
 :class:`Refused` when reading: nothing is unpickled, no class or function is looked up
 by a name the file chooses beyond these tables. The same object reached twice is written
 once and read back as one object (a posterior shared by the fit and its evidence).
+Reading allocates at most :data:`BUDGET` times the bytes of the file's arrays.
 """
 
 import dataclasses
 import functools
 import json
+import math
 
 import numpy as np
 import torch
@@ -38,6 +40,12 @@ from ._laplace.outside import RangeKernel
 from ._laplace.posterior import DiagPosterior, EigenPosterior, KronPosterior
 from ._laplace.refine import RefinedSubset
 from ._laplace.subsets import AllWeights, LastLayer, Subnetwork, feature_body
+
+#: How many times the bytes of its arrays reading a file may allocate: the copies a
+#: saved estimator's document asks for (an array read twice, the float64 copy of the
+#: net) stay under 3.
+BUDGET = 4
+
 
 class Refused(ValueError, TypeError):
     """A model file's content that :mod:`sklaplace.io` does not load.
@@ -242,6 +250,33 @@ class Reader:
         self._arrays, self._module, self._device = arrays, module, device
         self._objects, self._tensors = {}, {}
         self.mapped = []
+        self._budget = BUDGET * sum(a.nbytes for a in arrays.values()) + 2**20
+
+    def spend(self, nbytes, what):
+        """Count ``nbytes`` that reading allocates; refuse past the budget."""
+        self._budget -= nbytes
+        if self._budget < 0:
+            raise Refused(f"its document asks for more copies of its arrays than a saved "
+                          f"estimator does ({what}): loading it would allocate more than "
+                          f"{BUDGET} times their bytes")
+
+    def shape(self, spec):
+        """The shape of the tensor of a ``$tensor`` value, without building it."""
+        shape = self.array(spec["$tensor"]).shape
+        order = spec.get("order")
+        if order is not None:
+            if not isinstance(order, list) or sorted(order) != list(range(len(shape))):
+                raise Refused("a tensor of the model file has an invalid layout")
+            shape = tuple(shape[order.index(d)] for d in range(len(shape)))
+        if "expand" in spec:
+            expand = spec["expand"]
+            if (not isinstance(expand, list) or len(expand) != len(shape) or any(
+                    type(n) is not int or n < 0 or (s != 1 and s != n)
+                    for n, s in zip(expand, shape))):
+                raise Refused(f"a tensor of the model file has an invalid expanded shape "
+                              f"{expand!r}"[:200])
+            shape = tuple(expand)
+        return tuple(shape)
 
     def _target(self, saved):
         if self._device is not None:
@@ -262,11 +297,12 @@ class Reader:
         target = self._target(spec["device"])
         memo = json.dumps(spec, sort_keys=True) + str(target)
         if memo not in self._tensors:
-            t = torch.from_numpy(self.array(spec["$tensor"]).copy()).to(target)
+            array = self.array(spec["$tensor"])
+            shape = self.shape(spec)  # (an expanded view counts as the memory it spans)
+            self.spend(max(array.nbytes, math.prod(shape) * array.itemsize), "a tensor")
+            t = torch.from_numpy(array.copy()).to(target)
             order = spec.get("order")
             if order is not None:
-                if sorted(order) != list(range(t.dim())):
-                    raise Refused("a tensor of the model file has an invalid layout")
                 t = t.permute([order.index(d) for d in range(t.dim())])
             if "expand" in spec:
                 t = t.expand(spec["expand"])
@@ -282,6 +318,7 @@ class Reader:
             raise Refused(f"unknown value in the model file: {value!r}"[:200])
         tag = next(iter(value))
         if tag == "$ndarray":
+            self.spend(self.array(value["$ndarray"]).nbytes, "an array")
             return self.array(value["$ndarray"]).copy()
         if tag == "$scalar":
             return self.array(value["$scalar"])[()]

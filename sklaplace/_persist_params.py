@@ -5,7 +5,8 @@ The constructor parameters and fitted attributes go through the fitted state's t
 allowlisted name (or the name of a user's module factory), skorch nets by their
 specification, ``FrozenEstimator``, callbacks, fitted candidates of ``model_averaging``.
 Reading builds only these, after :func:`~._persist_allowed.check_document` has checked
-each against its class's table; nothing is unpickled.
+each against its class's table; nothing is unpickled. A net's module is built on the meta
+device first, so that the memory of the one ``net.initialize()`` builds is the file's.
 """
 
 import importlib
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from ._aliases import MOVED
-from ._persist import Reader, Writer
+from ._persist import Reader, Refused, Writer
 from ._persist_allowed import NET_ATTRIBUTES, _estimators, class_name
 
 _ALLOWED = ("torch.nn", "torch.optim", "torch.utils.data", "skorch", "sklaplace")
@@ -177,7 +178,9 @@ class _ParamReader(Reader):
         elif source == "copy":
             import copy
 
-            module = copy.deepcopy(self._module(entry["of"]))
+            source = self._module(entry["of"])
+            self.spend(sum(t.nbytes for t in source.state_dict().values()), "a network")
+            module = copy.deepcopy(source)
             self._load_module(module, entry)
         else:
             raise ValueError("the model file refers to a network before its net")
@@ -210,16 +213,42 @@ class _ParamReader(Reader):
         net = cls(**params)
         self._nets[value["id"]] = net
         if "module" in value:
+            entry = self._entries[value["module"]]
+            self._check_module(net, entry, value["params"]["module"])
             with warnings.catch_warnings(), seeded(0):  # no draw from the user's generator
                 warnings.simplefilter("ignore")
                 net.initialize()
-            entry = self._entries[value["module"]]
             self._load_module(net.module_, entry)
             self._built[value["module"]] = net.module_
             net.history = History(self(value["history"]))
             for key, item in value["attributes"].items():
                 setattr(net, key, self(item))
         return net
+
+    def _check_module(self, net, entry, spec):
+        """Refuse a net whose module, as its parameters build it, is not the one whose
+        weights the file holds: built on the meta device, it allocates nothing."""
+        from ._laplace.threads import seeded
+
+        saved = {k: self.shape(v) for k, v in entry["state"].items()}
+        kwargs = net.get_params_for("module")
+        try:
+            with warnings.catch_warnings(), seeded(0), torch.device("meta"):
+                warnings.simplefilter("ignore")
+                built = {k: tuple(v.shape) for k, v in net.module(**kwargs).state_dict().items()}
+        except (RuntimeError, NotImplementedError, TypeError, ValueError) as error:
+            if "$user" in spec:  # a factory of the user's that needs real tensors
+                return
+            raise Refused(f"its net's module does not build from its parameters "
+                          f"({error})"[:300]) from None
+        if built != saved:
+            key = next((k for k in built if saved.get(k) != built[k]), None)
+            diff = (f"{key}: {built[key]} against {saved.get(key)}" if key is not None
+                    else f"the tensors {sorted(set(saved) - set(built))}")
+            raise Refused(f"its net's parameters ({kwargs})"[:200] + " build a module that is "
+                          f"not the one whose weights it holds ({diff})"[:200])
+        self.spend(sum(self.array(v["$tensor"]).nbytes for v in entry["state"].values()),
+                   "a network")
 
     def _estimator(self, cls, value):
         params = {k: self._param(v) for k, v in value["params"].items()}

@@ -1,5 +1,8 @@
-"""sklaplace.io and files from strangers: nothing that reaches the disk is restored."""
+"""sklaplace.io and files from strangers: nothing that reaches the disk is restored, and a
+damaged or inconsistent file is a ValueError naming it, raised before any large
+allocation."""
 
+import io
 import json
 import re
 import warnings
@@ -209,3 +212,136 @@ def test_save_refuses_what_load_would_refuse(tmp_path):
     with pytest.raises(TypeError, match="load would refuse.*torch.compile"):
         skio.save(LaplaceClassifier(net), path)
     assert not path.exists()
+
+
+# ---------------------------------------------------------------- resources and damage
+def _npy(header_shape, data=b"\0" * 16, descr="<f8"):
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        out, {"descr": descr, "fortran_order": False, "shape": header_shape})
+    return out.getvalue() + data
+
+
+def _largest_array(path):
+    """The key and the array of a file's largest array."""
+    with zipfile.ZipFile(path) as z:
+        info = max((i for i in z.infolist() if i.filename.endswith(".npy")),
+                   key=lambda i: i.file_size)
+        return info.filename[7:-4], np.load(io.BytesIO(z.read(info)))
+
+
+def test_a_member_the_document_does_not_name_is_never_read(default_file, tmp_path,
+                                                           monkeypatch):
+    opened, open_member = [], zipfile.ZipFile.open
+
+    def spy(self, name, *args, **kwargs):
+        opened.append(getattr(name, "filename", name))
+        return open_member(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "open", spy)
+    big = np.zeros(2**20)  # 8 MB; a 1 GB member is refused the same way
+    buffer = io.BytesIO()
+    np.save(buffer, big)
+    for name in ["arrays/unused.npy", "notes.txt"]:
+        path = _rewrite(default_file, tmp_path / "extra.sklaplace",
+                        add={name: buffer.getvalue()})
+        opened.clear()
+        with _refused(path, repr(name), "does not refer to"):
+            skio.load(path)
+        assert opened == ["sklaplace.json"]
+
+
+def test_array_headers_are_checked_before_allocation(default_file, tmp_path):
+    key, array = _largest_array(default_file)
+    member = f"arrays/{key}.npy"
+    huge = lambda _: _npy((10**11,))  # noqa: E731  (745 GiB if numpy allocated it)
+    path = _rewrite(default_file, tmp_path / "huge.sklaplace", replace={member: huge})
+    with _refused(path, member, "the archive lists it as 144 bytes"):  # before it is read
+        skio.load(path)
+
+    def undeclared(d):  # a file without the list of arrays: the header against the member
+        del d["arrays"]
+
+    path = _rewrite(_edit(default_file, tmp_path / "a.sklaplace", undeclared),
+                    tmp_path / "huge_undeclared.sklaplace", replace={member: huge})
+    with _refused(path, member, "100000000000 elements", "holds 16 bytes"):
+        skio.load(path)
+    other = lambda _: _npy(array.shape[::-1] + (1,), array.tobytes())  # noqa: E731
+    path = _rewrite(default_file, tmp_path / "other.sklaplace", replace={member: other})
+    with _refused(path, member, "where its document declares"):
+        skio.load(path)
+    pickled = lambda _: _npy((1,), b"\0" * 8, descr="|O")  # noqa: E731
+    path = _rewrite(tmp_path / "a.sklaplace", tmp_path / "object.sklaplace",
+                    replace={member: pickled})
+    with _refused(path, member, "not a plain numeric array"):
+        skio.load(path)
+
+
+def test_a_module_sized_by_the_document_is_refused_before_it_is_built(default_file, tmp_path):
+    def wide(doc):  # a 10¹² × 4 first layer: 16 TB if it were built
+        doc["attributes"]["net_"]["params"]["module__hidden_layer_sizes"] = {
+            "$tuple": [10**12]}
+
+    path = _edit(default_file, tmp_path / "wide.sklaplace", wide)
+    with _refused(path, "not the one whose weights it holds", "1000000000000"):
+        skio.load(path)
+
+
+def test_arrays_are_not_copied_more_than_a_saved_estimator_does(default_file, tmp_path):
+    key, _ = _largest_array(default_file)
+
+    def copies(d):
+        d["attributes"]["many_"] = [{"$ndarray": key}] * 20_000
+
+    path = _edit(default_file, tmp_path / "copies.sklaplace", copies)
+    with _refused(path, "more copies of its arrays"):
+        skio.load(path)
+
+
+def test_damaged_archives_are_value_errors(default_file, tmp_path):
+    data = default_file.read_bytes()
+    # every 29th byte, and each of the last 250 (the end of the zip directory)
+    positions = sorted(set(range(0, len(data), 29)) | set(range(len(data) - 250, len(data))))
+    path, loaded = tmp_path / "flipped.sklaplace", 0
+    for position in positions:
+        damaged = bytearray(data)
+        damaged[position] ^= 0xFF
+        path.write_bytes(bytes(damaged))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                skio.load(path)
+            loaded += 1  # (a timestamp, say)
+        except ValueError as error:
+            assert str(path) in str(error), (position, error)
+    assert loaded < len(positions) // 4
+    for name, kwargs in [("lzma", dict(compress=zipfile.ZIP_LZMA)),
+                         ("twice", dict(add={"sklaplace.json": b"{}"}))]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (zipfile warns of the duplicate name)
+            path = _rewrite(default_file, tmp_path / f"{name}.sklaplace", **kwargs)
+        with _refused(path):
+            skio.load(path)
+
+
+def test_a_deeply_nested_document_is_refused(default_file, tmp_path):
+    for depth in [100, 100_000]:
+        def deep(data):
+            doc = json.loads(data)
+            doc["params"]["prior_precision"] = "DEEP"
+            return json.dumps(doc).replace('"DEEP"', "[" * depth + "]" * depth).encode()
+
+        path = _rewrite(default_file, tmp_path / f"deep{depth}.sklaplace",
+                        replace={"sklaplace.json": deep})
+        with _refused(path, "nests deeper than"):
+            skio.load(path)
+
+
+@pytest.mark.parametrize("version", [True, "1", None, 1.5, [1]])
+def test_a_version_that_is_no_integer_is_refused(default_file, tmp_path, version):
+    def edit(doc):
+        doc["version"] = version
+
+    path = _edit(default_file, tmp_path / "v.sklaplace", edit)
+    with _refused(path, "is not a valid format version"):
+        skio.load(path)
