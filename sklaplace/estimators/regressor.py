@@ -190,11 +190,15 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         predictive is N(μ(x), Var μ(x) + σ²(x)): the GLM's Gaussian over the outputs mapped to μ =
         η₁σ² linearized (the delta method), σ²(x) that of the MAP;
         ``predict_dist(X).aleatoric_var`` is σ²(x), ``epistemic_var`` Var μ(x). ``sigma_noise``
-        must stay 1.0 and ``sigma_noise_`` is not set; not with ``refine`` nor ``partial_fit``. The
-        default MLP trains the mean alone (one σ), then both heads from there: the variance cannot
-        take up what the mean should fit; with several ``hidden_layer_sizes`` it is the default's
-        fit and choice (``model_selection_results_``: the one-σ means'). A skorch net needs the
-        criterion ``sklaplace.nets.HeteroscedasticGaussianNLLLoss``.
+        must stay 1.0 and ``sigma_noise_`` is not set; not with ``refine``, ``pred_type="nn"``
+        (the sampled nets' mean η₁σ² is heavy-tailed), ``model_averaging`` nor ``partial_fit``
+        (each a ``ValueError``). With ``normalize_y=False`` the natural parameters train in the
+        units of y, and a fit whose targets' root mean square lies outside [0.01, 100] warns:
+        its predictions can be orders of magnitude off. The default MLP trains the mean alone
+        (one σ), then both heads from there: the variance cannot take up what the mean should
+        fit; with several ``hidden_layer_sizes`` it is the default's fit and choice
+        (``model_selection_results_``: the one-σ means'). A skorch net needs the criterion
+        ``sklaplace.nets.HeteroscedasticGaussianNLLLoss``.
     normalize_y : bool, default=True
         Standardize the targets internally, so that every scale-dependent
         setting (``sigma_noise``, ``prior_precision``, the σ floor of tuning)
