@@ -11,7 +11,7 @@ from ._classifier_predictive import ClassifierPredictive
 from ._continual import ClassifierPartialFit
 from ._labels import encoded_targets
 from .._laplace.workflow import torch_entry_point
-from .._multilabel import multilabel_likelihood, multilabel_targets
+from .._multilabel import accepts_indicator, multilabel_likelihood, multilabel_targets
 from ._threads import thread_policy
 from ._validation import CLASSIFIER_CONSTRAINTS
 
@@ -426,7 +426,7 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_label = not self.model_averaging  # (refused: _base)
+        tags.classifier_tags.multi_label = accepts_indicator(self)  # what this instance fits
         return tags
 
     def _check_outputs(self, likelihood, n_outputs, n_out):
