@@ -57,8 +57,9 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
     solver : {"adam", "lbfgs"}, default="adam"
         Optimizer of the default MLP: minibatch Adam (``lr``, ``batch_size``),
         or full-batch L-BFGS with a strong Wolfe line search (one iteration per
-        epoch; ``lr`` and ``batch_size`` unused): deterministic, and row
-        weights are then exactly duplicated rows.
+        epoch; ``lr`` and ``batch_size`` unused): deterministic, so integer
+        row weights equal duplicated rows where no rows are drawn either
+        (``sample_weight`` of ``fit``).
     prior_precision : float or array-like, default=1.0
         Precision δ of the prior N(0, δ⁻¹I): a float, one value per parameter
         tensor (weight and bias of each layer) or one per parameter. It is the
@@ -406,8 +407,13 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
             errors, Σ w_i rows in the Gaussian normalizer), ``normalize_y``
             (weighted mean and std) and the held-out NLL of ``"cv"`` (the
             weights are split with the rows; ``"online"`` uses them too).
-            Integer weights equal duplicating the rows. ``None``: all rows weigh
-            1 (the unweighted fit).
+            Integer weights equal duplicating the rows, to rounding, where training
+            is deterministic and full batch and no rows are drawn
+            (``solver="lbfgs"``, ``"evidence"`` or no tuning, a tuple of
+            ``hidden_layer_sizes``, no ``gp_subset_size``); elsewhere only
+            approximately: minibatches and held-out rows are drawn by rows, and
+            online updates let the two fits' rounding differences grow. ``None``:
+            all rows weigh 1 (the unweighted fit).
             Rows of weight 0 are dropped first.
 
         Returns
