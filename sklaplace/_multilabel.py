@@ -250,6 +250,26 @@ def multilabel_targets(estimator, X, y, sample_weight):
     return without_zero_weights(X, y.astype(np.float64), sample_weight)
 
 
+def accepts_indicator(estimator):
+    """Whether a ``fit`` of these parameters takes an indicator y (the ``multi_label``
+    tag): not with what a multilabel fit refuses by parameter (``link_approx="bridge"``,
+    ``class_weight``, ``model_averaging``, a net whose criterion is not BCEWithLogitsLoss)."""
+    from sklearn.frozen import FrozenEstimator
+
+    from ._laplace import nets
+
+    if (estimator.link_approx == "bridge" or estimator.class_weight is not None
+            or estimator.model_averaging):
+        return False
+    net = estimator.net.estimator if isinstance(estimator.net, FrozenEstimator) else estimator.net
+    if net is None:
+        return True
+    try:
+        return nets.likelihood_of(net) in ("bernoulli", "multilabel")
+    except (ValueError, AttributeError):  # fit names the criterion problem
+        return False
+
+
 def multilabel_likelihood(name):
     """The likelihood of a multilabel fit whose net's criterion stands for ``name``
     (None: the default MLP)."""

@@ -3,6 +3,7 @@ a ground truth of linear natural parameters recovered, the units, the joint pred
 the parameter rules and the scikit-learn workflows."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -180,8 +181,8 @@ def test_multi_output_shapes():
     dict(subset_of_weights="last_layer", hessian_structure="full"),
     dict(subset_of_weights="last_layer", hessian_structure="kron"),
     dict(hessian_structure="lowrank", lowrank_rank=5),
-    dict(subset_of_weights="subnetwork", subnetwork=8), dict(pred_type="nn", n_samples=30),
-    dict(pred_type="gp", gp_subset_size=40), dict(hyperparameter_tuning="cv"),
+    dict(subset_of_weights="subnetwork", subnetwork=8), dict(pred_type="gp", gp_subset_size=40),
+    dict(hyperparameter_tuning="cv"),
     dict(hyperparameter_tuning="online", online_frequency=5),
 ])
 def test_every_structure_subset_and_tuner_predicts(fitted, settings):
@@ -213,6 +214,42 @@ def test_rules_and_errors(fitted):
         LaplaceRegressor(one).fit(X, y)
     with pytest.raises(ValueError, match="noise"):
         LaplaceRegressor(noise="poisson").fit(X, y)
+    with pytest.raises(ValueError, match="model_averaging=True needs noise='homoscedastic'"):
+        LaplaceRegressor(model_averaging=True, noise="heteroscedastic").fit(X, y)
+
+
+def test_sampled_predictive_is_refused_at_fit_and_after_it(fitted):
+    """μ = η₁e^(−g) of sampled networks is heavy-tailed: pred_type="nn" is refused, with a
+    message naming both parameters, in fit and when set on a fitted estimator."""
+    X, y, reg = fitted
+    message = r"noise='heteroscedastic': pred_type='nn' is not available"
+    with pytest.raises(ValueError, match=message):
+        LaplaceRegressor(**SMALL, pred_type="nn").fit(X, y)
+    switched = pickle.loads(pickle.dumps(reg)).set_params(pred_type="nn")
+    for call in (lambda: switched.predict(X[:3]), lambda: switched.predict_dist(X[:3]),
+                 lambda: switched.predict(X[:3], return_cov=True),
+                 lambda: switched.sample_functions(X[:3])):
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert np.isfinite(reg.predict(X[:3])).all()  # the fitted one is untouched
+
+
+def test_unstandardized_targets_far_from_unit_scale_warn():
+    """normalize_y=False trains the natural parameters in the units of y: y in micro-units
+    (×1e6) gave means 10³ times the targets' range; the fit says so."""
+    rng = np.random.RandomState(0)
+    x = rng.uniform(-1, 1, (200, 1))
+    y = np.sin(3 * x[:, 0]) + (0.05 + 0.4 * np.abs(x[:, 0])) * rng.randn(200)
+    small = dict(noise="heteroscedastic", normalize_y=False, hidden_layer_sizes=(10,),
+                 max_epochs=5, tol=None, random_state=0)
+    with pytest.warns(UserWarning, match=r"normalize_y=False .* root mean square is 7\.\d+e\+05"):
+        LaplaceRegressor(**small).fit(x, y * 1e6)
+    with pytest.warns(UserWarning, match="normalize_y=True"):
+        LaplaceRegressor(**small).fit(x, y * 1e-3)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*normalize_y=False.*")
+        LaplaceRegressor(**small).fit(x, y)  # unit scale
+        LaplaceRegressor(**{**small, "normalize_y": True}).fit(x, y * 1e6)
 
 
 def test_user_net_frozen_net_pickle_pipeline_and_search(fitted):

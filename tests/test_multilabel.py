@@ -260,6 +260,41 @@ def test_single_label_concepts_are_refused_with_clear_errors():
         expected_calibration_error(Y, clf.predict_proba(X))
 
 
+MULTILABEL_CHECKS = {"check_classifiers_multilabel_representation_invariance",
+                     "check_classifiers_multilabel_output_format_predict",
+                     "check_classifiers_multilabel_output_format_predict_proba",
+                     "check_classifiers_multilabel_output_format_decision_function"}
+
+
+@pytest.mark.parametrize("params, accepts", [
+    (dict(), True), (dict(link_approx="mc"), True),
+    (dict(hessian_structure="full", link_approx="bridge"), False),
+    (dict(class_weight="balanced"), False), (dict(class_weight={0: 1.0, 1: 2.0}), False),
+    (dict(model_averaging=True, hidden_layer_sizes=[(), (5,)]), False),
+    (dict(net=NeuralNet(Linear64, criterion=nn.BCEWithLogitsLoss, max_epochs=2)), True),
+    (dict(net=NeuralNet(Linear64, criterion=nn.CrossEntropyLoss, max_epochs=2)), False),
+], ids=["default", "mc", "full-bridge", "balanced", "class-dict", "averaging", "bce-net",
+        "softmax-net"])
+def test_the_multi_label_tag_says_what_the_instance_fits(params, accepts):
+    """The tag is True exactly where an indicator y fits, so scikit-learn's multilabel checks
+    run where they can pass and are left out where fit refuses them."""
+    from sklearn.utils.estimator_checks import estimator_checks_generator
+
+    clf = LaplaceClassifier(**{"hidden_layer_sizes": (5,), "max_epochs": 2, **params})
+    assert clf.__sklearn_tags__().classifier_tags.multi_label is accepts
+    names = {getattr(check, "func", check).__name__
+             for _, check in estimator_checks_generator(clf)}
+    assert names & MULTILABEL_CHECKS == (MULTILABEL_CHECKS if accepts else set())
+    X, Y = _data(n=30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        if accepts:
+            assert clf.fit(X, Y).predict_proba(X).shape == Y.shape
+        else:
+            with pytest.raises(ValueError):
+                clf.fit(X, Y)
+
+
 def test_ood_scores_read_the_labels_one_by_one():
     clf, X, _ = _fit_default()
     proba = clf.predict_proba(X)

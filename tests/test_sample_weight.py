@@ -317,3 +317,49 @@ def test_a_zero_weight_row_is_a_row_that_is_not_there():
     dropped = LaplaceRegressor(**params).fit(X[1:], y[1:], sample_weight=weight[1:])
     np.testing.assert_allclose(weighted.predict(X), dropped.predict(X), rtol=1e-10)
     assert weighted.sigma_noise_ == pytest.approx(dropped.sigma_noise_, rel=1e-10)
+
+
+def _trained_fits(params, n=200, seed=0):
+    """Predictive std of a default-MLP fit with integer weights 0–2 and of the fit on the
+    rows repeated, at 50 test rows, in float64 (float32 rounding would blur the comparison)."""
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(-2, 2, (n, 2))
+    y = np.sin(2 * X[:, 0]) + 0.3 * X[:, 1] + 0.2 * rng.randn(n)
+    w = rng.randint(0, 3, n)
+    X_test = rng.uniform(-2, 2, (50, 2))
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        weighted = LaplaceRegressor(random_state=0, **params).fit(X, y, sample_weight=w)
+        repeated = LaplaceRegressor(random_state=0, **params).fit(np.repeat(X, w, axis=0),
+                                                                  np.repeat(y, w))
+    finally:
+        torch.set_default_dtype(before)
+    return weighted.predict(X_test, return_std=True), repeated.predict(X_test, return_std=True)
+
+
+@pytest.mark.parametrize("params", [
+    dict(solver="lbfgs", hyperparameter_tuning="evidence"),
+    dict(hyperparameter_tuning="evidence", batch_size=1000),  # Adam, one batch
+], ids=["lbfgs", "adam-full-batch"])
+def test_trained_fits_equal_repeated_rows_where_nothing_draws_rows(params):
+    """The getting-started guide: deterministic full-batch training, post-hoc evidence
+    tuning and one architecture (nothing drawn by rows) give the repeated rows' fit."""
+    (mean_w, std_w), (mean_r, std_r) = _trained_fits(
+        dict(hidden_layer_sizes=(10,), max_epochs=60, **params))
+    np.testing.assert_allclose(std_w, std_r, rtol=1e-8)
+    np.testing.assert_allclose(mean_w, mean_r, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("params", [
+    dict(hidden_layer_sizes=(10,), hyperparameter_tuning="evidence", batch_size=16),
+    dict(hidden_layer_sizes=(10,), solver="lbfgs", hyperparameter_tuning="cv"),
+    dict(solver="lbfgs", hyperparameter_tuning="evidence", hidden_layer_sizes=[(), (10,)]),
+], ids=["minibatches", "cv-held-out-rows", "architecture-choice"])
+def test_trained_fits_only_approximate_repeated_rows_where_rows_are_drawn(params):
+    """Minibatches and held-out rows are drawn by rows, not weights: the fits differ by far
+    more than rounding, though not by much (the guide says only approximately)."""
+    (_, std_w), (_, std_r) = _trained_fits(dict(max_epochs=60, **params))
+    ratio = std_w / std_r
+    assert np.max(np.abs(ratio - 1)) > 1e-4
+    assert 0.5 < np.median(ratio) < 2

@@ -11,7 +11,7 @@ from ._classifier_predictive import ClassifierPredictive
 from ._continual import ClassifierPartialFit
 from ._labels import encoded_targets
 from .._laplace.workflow import torch_entry_point
-from .._multilabel import multilabel_likelihood, multilabel_targets
+from .._multilabel import accepts_indicator, multilabel_likelihood, multilabel_targets
 from ._threads import thread_policy
 from ._validation import CLASSIFIER_CONSTRAINTS
 
@@ -69,8 +69,9 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     solver : {"adam", "lbfgs"}, default="adam"
         Optimizer of the default MLP: minibatch Adam (``lr``, ``batch_size``),
         or full-batch L-BFGS with a strong Wolfe line search (one iteration per
-        epoch; ``lr`` and ``batch_size`` unused): deterministic, and row
-        weights are then exactly duplicated rows.
+        epoch; ``lr`` and ``batch_size`` unused): deterministic, so integer
+        row weights equal duplicated rows where no rows are drawn either
+        (``sample_weight`` of ``fit``).
     prior_precision : float or array-like, default=1.0
         Precision δ of the prior N(0, δ⁻¹I): a float, one value per parameter
         tensor (weight and bias of each layer) or one per parameter. It is the
@@ -389,7 +390,11 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
             replaced by Σ w_i), the curvature (each row's GGN or empirical-Fisher
             term times w_i, all structures), the evidence and the held-out NLL of
             ``"cv"`` (the weights are split with the rows). Integer weights equal
-            duplicating the rows. ``None``: all rows weigh 1 (the unweighted fit).
+            duplicating the rows, to rounding, where training is deterministic and
+            full batch and no rows are drawn (``solver="lbfgs"``, ``"evidence"`` or
+            no tuning, a tuple of ``hidden_layer_sizes``, no ``gp_subset_size``);
+            elsewhere only approximately: minibatches and held-out rows are drawn
+            by rows. ``None``: all rows weigh 1 (the unweighted fit).
             Rows of weight 0 are dropped first.
 
         Returns
@@ -426,7 +431,7 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_label = not self.model_averaging  # (refused: _base)
+        tags.classifier_tags.multi_label = accepts_indicator(self)  # what this instance fits
         return tags
 
     def _check_outputs(self, likelihood, n_outputs, n_out):

@@ -57,8 +57,9 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
     solver : {"adam", "lbfgs"}, default="adam"
         Optimizer of the default MLP: minibatch Adam (``lr``, ``batch_size``),
         or full-batch L-BFGS with a strong Wolfe line search (one iteration per
-        epoch; ``lr`` and ``batch_size`` unused): deterministic, and row
-        weights are then exactly duplicated rows.
+        epoch; ``lr`` and ``batch_size`` unused): deterministic, so integer
+        row weights equal duplicated rows where no rows are drawn either
+        (``sample_weight`` of ``fit``).
     prior_precision : float or array-like, default=1.0
         Precision δ of the prior N(0, δ⁻¹I): a float, one value per parameter
         tensor (weight and bias of each layer) or one per parameter. It is the
@@ -190,11 +191,15 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         predictive is N(μ(x), Var μ(x) + σ²(x)): the GLM's Gaussian over the outputs mapped to μ =
         η₁σ² linearized (the delta method), σ²(x) that of the MAP;
         ``predict_dist(X).aleatoric_var`` is σ²(x), ``epistemic_var`` Var μ(x). ``sigma_noise``
-        must stay 1.0 and ``sigma_noise_`` is not set; not with ``refine`` nor ``partial_fit``. The
-        default MLP trains the mean alone (one σ), then both heads from there: the variance cannot
-        take up what the mean should fit; with several ``hidden_layer_sizes`` it is the default's
-        fit and choice (``model_selection_results_``: the one-σ means'). A skorch net needs the
-        criterion ``sklaplace.nets.HeteroscedasticGaussianNLLLoss``.
+        must stay 1.0 and ``sigma_noise_`` is not set; not with ``refine``, ``pred_type="nn"``
+        (the sampled nets' mean η₁σ² is heavy-tailed), ``model_averaging`` nor ``partial_fit``
+        (each a ``ValueError``). With ``normalize_y=False`` the natural parameters train in the
+        units of y, and a fit whose targets' root mean square lies outside [0.01, 100] warns:
+        its predictions can be orders of magnitude off. The default MLP trains the mean alone
+        (one σ), then both heads from there: the variance cannot take up what the mean should
+        fit; with several ``hidden_layer_sizes`` it is the default's fit and choice
+        (``model_selection_results_``: the one-σ means'). A skorch net needs the criterion
+        ``sklaplace.nets.HeteroscedasticGaussianNLLLoss``.
     normalize_y : bool, default=True
         Standardize the targets internally, so that every scale-dependent
         setting (``sigma_noise``, ``prior_precision``, the σ floor of tuning)
@@ -402,8 +407,13 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
             errors, Σ w_i rows in the Gaussian normalizer), ``normalize_y``
             (weighted mean and std) and the held-out NLL of ``"cv"`` (the
             weights are split with the rows; ``"online"`` uses them too).
-            Integer weights equal duplicating the rows. ``None``: all rows weigh
-            1 (the unweighted fit).
+            Integer weights equal duplicating the rows, to rounding, where training
+            is deterministic and full batch and no rows are drawn
+            (``solver="lbfgs"``, ``"evidence"`` or no tuning, a tuple of
+            ``hidden_layer_sizes``, no ``gp_subset_size``); elsewhere only
+            approximately: minibatches and held-out rows are drawn by rows, and
+            online updates let the two fits' rounding differences grow. ``None``:
+            all rows weigh 1 (the unweighted fit).
             Rows of weight 0 are dropped first.
 
         Returns
