@@ -34,10 +34,9 @@ def test_every_recomputes_at_each_update():
     assert _recomputing_epochs("every", 5, 0) == list(range(5, 201, 5))
 
 
-def test_defaults():
-    # the classifier's online tuning is Immer et al.'s as it was; the regressor's is cheaper
+def test_defaults_are_immer_et_al():
     assert LaplaceClassifier().online_curvature == "every"
-    assert LaplaceRegressor().online_curvature == "doubling"
+    assert LaplaceRegressor().online_curvature == "every"
 
 
 def test_bad_value_names_the_parameter():

@@ -5,7 +5,7 @@ approximation over all weights at the current parameters and takes
 ``n_steps`` Adam steps (learning rate ``lr``) on the log evidence with respect
 to the log prior precisions (and log σ for regression); the new prior is fed
 back into the training objective through the criterion (:class:`~sklaplace._laplace.nets.MAPLoss`).
-With ``curvature_schedule="doubling"`` the curvature is recomputed only at the updates
+With ``curvature_schedule="doubling"`` the curvature is computed only at the updates
 of epochs burn_in + F, + 2F, + 4F, …; the updates between take the evidence at the
 current weights and residuals over the last curvature (a linear model's curvature does
 not depend on its weights, so there both schedules agree).

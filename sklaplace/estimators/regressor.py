@@ -217,7 +217,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         log hyperparameters (Immer et al. 2021, Alg. 1).
     online_lr : float, default=0.1
         Online tuning: Adam learning rate of the K steps.
-    online_curvature : {"every", "doubling"}, default="doubling"
+    online_curvature : {"every", "doubling"}, default="every"
         Online tuning: which updates compute the Laplace approximation's curvature
         anew. ``"every"``: each one (Immer et al. 2021, Alg. 1). ``"doubling"``:
         those after epochs ``online_burn_in`` + F, + 2F, + 4F, … (F
@@ -353,7 +353,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
                  extrapolation_variance="auto", temperature=1.0, refine=None,
                  sigma_noise=1.0, noise="homoscedastic",
                  normalize_y=True, online_frequency=5, online_burn_in=0, online_steps=None,
-                 online_lr=0.1, online_curvature="doubling", device="cpu", memory=None,
+                 online_lr=0.1, online_curvature="every", device="cpu", memory=None,
                  random_state=None, verbose=0):
         self.net = net
         self.hidden_layer_sizes = hidden_layer_sizes
