@@ -5,6 +5,10 @@ approximation over all weights at the current parameters and takes
 ``n_steps`` Adam steps (learning rate ``lr``) on the log evidence with respect
 to the log prior precisions (and log σ for regression); the new prior is fed
 back into the training objective through the criterion (:class:`~sklaplace._laplace.nets.MAPLoss`).
+With ``curvature_schedule="doubling"`` the curvature is computed only at the updates
+of epochs burn_in + F, + 2F, + 4F, …; the updates between take the evidence at the
+current weights and residuals over the last curvature (a linear model's curvature does
+not depend on its weights, so there both schedules agree).
 As in laplace-torch's ``marglik_training``, the network and hyperparameters of
 the update with the best log evidence are restored when training ends.
 """
@@ -46,6 +50,9 @@ class OnlineEvidence(Callback):
     lowrank_rank : int or None, default=None
     sigma_floor : float, default=0.0
         Lower bound of σ (model units).
+    curvature_schedule : {"every", "doubling"}, default="every"
+        Which updates recompute the curvature: every one, or those of epochs
+        burn_in + F·2^k (the others reuse the last one).
     sample_weight : ndarray of shape (n_rows,) or None, default=None
         Row weights of the training data (as in ``fit``); the training targets then
         carry the normalized weights as their last column (``MAPLoss`` with
@@ -70,7 +77,8 @@ class OnlineEvidence(Callback):
 
     def __init__(self, likelihood, *, hessian_structure="full", curvature="ggn",
                  prior_structure="layerwise", frequency=5, burn_in=0, n_steps=100, lr=0.1,
-                 temperature=1.0, lowrank_rank=None, sigma_floor=0.0, sample_weight=None):
+                 temperature=1.0, lowrank_rank=None, sigma_floor=0.0, curvature_schedule="every",
+                 sample_weight=None):
         self.likelihood = likelihood
         self.hessian_structure = hessian_structure
         self.curvature = curvature
@@ -82,9 +90,11 @@ class OnlineEvidence(Callback):
         self.temperature = temperature
         self.lowrank_rank = lowrank_rank
         self.sigma_floor = sigma_floor
+        self.curvature_schedule = curvature_schedule
         self.sample_weight = sample_weight
 
     def initialize(self):
+        self.curvature_ = None  # (epoch, posterior) of the last curvature computed
         self.history_ = []
         self.best_epoch_ = None
         self.best_state_ = None
@@ -125,7 +135,7 @@ class OnlineEvidence(Callback):
             y = likelihood.targets(y)
         crit = net.criterion_
         delta, sigma, value = self.update(module, X, y, crit.prior_precision.cpu(),
-                                          crit.sigma_noise.cpu(), weight=weight)
+                                          crit.sigma_noise.cpu(), weight=weight, epoch=epoch)
         self.record(net, epoch, AllWeights(module), delta, sigma, value)
 
     def record(self, net, epoch, subset, delta, sigma, value):
@@ -165,23 +175,33 @@ class OnlineEvidence(Callback):
             value = float(evidence(delta, sigma if gaussian else None))
         return delta, sigma, value
 
-    def update(self, module, X, y, prior_precision, sigma_noise, weight=None):
+    def recomputes(self, epoch):
+        """Whether the update after ``epoch`` computes the curvature anew (the schedule)."""
+        last = None if self.curvature_ is None else self.curvature_[0]
+        if self.curvature_schedule == "every" or last is None or epoch is None:
+            return True
+        # the curvature moves fast early in training and slowly later
+        return epoch - last >= max(last - self.burn_in, self.frequency)
+
+    def update(self, module, X, y, prior_precision, sigma_noise, weight=None, epoch=None):
         """One round: K Adam steps, or (``n_steps=None``) the maximum of the evidence.
 
-        ``weight``: (N,) row weights or None. Returns (δ per parameter or 0-d, σ, log
-        evidence).
+        ``weight``: (N,) row weights or None; ``epoch``: the epoch it follows, for the
+        curvature schedule (None: a new curvature). Returns (δ per parameter or 0-d, σ,
+        log evidence).
         """
         subset = AllWeights(module)
         likelihood = likelihoods.get(self.likelihood)
         n_out = module(X[:1]).reshape(1, -1).shape[1]
         with torch.no_grad():
-            # a scalar prior's evidence needs the spectrum only (no eigenvectors)
-            spectrum = self.prior_structure == "scalar" and self.hessian_structure == "full"
-            posterior = compute_posterior(self.hessian_structure, subset, likelihood, X, y,
-                                          torch.ones(n_out, dtype=torch.float64,
-                                                     device=X.device),
-                                          self.curvature, self.lowrank_rank, weight=weight,
-                                          eigenvalues_only=spectrum)
+            if self.recomputes(epoch):
+                # a scalar prior's evidence needs the spectrum only (no eigenvectors)
+                spectrum = self.prior_structure == "scalar" and self.hessian_structure == "full"
+                self.curvature_ = (epoch, compute_posterior(
+                    self.hessian_structure, subset, likelihood, X, y,
+                    torch.ones(n_out, dtype=torch.float64, device=X.device), self.curvature,
+                    self.lowrank_rank, weight=weight, eigenvalues_only=spectrum))
+            posterior = self.curvature_[1]
             f = subset.forward(X)
         evidence = Evidence.at_fit(posterior, subset.theta, likelihood, f, y, weight,
                                    self.temperature, self.curvature)

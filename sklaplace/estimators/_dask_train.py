@@ -37,7 +37,8 @@ TRAIN_PARAMETERS = frozenset({
     "prior_precision", "hyperparameter_tuning", "validation_fraction", "subset_of_weights",
     "hessian_structure",
     "lowrank_rank", "link_approx", "n_samples", "extrapolation_variance", "random_state",
-    "verbose", "online_frequency", "online_burn_in", "online_steps", "online_lr"})
+    "verbose", "online_frequency", "online_burn_in", "online_steps", "online_lr",
+    "online_curvature"})
 
 #: Rows per autograd pass within a partition.
 CHUNK_ROWS = 16384

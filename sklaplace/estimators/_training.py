@@ -188,7 +188,7 @@ def online_callbacks(s, likelihood, sizes, linear, y_model, n_out, sample_weight
         burn_in=s.online_burn_in, n_steps=s.online_steps, lr=s.online_lr,
         temperature=s.temperature, lowrank_rank=s.lowrank_rank,
         sigma_floor=1e-3 * spread if gaussian else 0.0,
-        sample_weight=sample_weight,
+        curvature_schedule=s.online_curvature, sample_weight=sample_weight,
     )]
 
 

@@ -222,6 +222,15 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         log hyperparameters (Immer et al. 2021, Alg. 1).
     online_lr : float, default=0.1
         Online tuning: Adam learning rate of the K steps.
+    online_curvature : {"every", "doubling"}, default="every"
+        Online tuning: which updates compute the Laplace approximation's curvature
+        anew. ``"every"``: each one (Immer et al. 2021, Alg. 1). ``"doubling"``:
+        those after epochs ``online_burn_in`` + F, + 2F, + 4F, … (F
+        ``online_frequency``); the updates between maximize the evidence at the
+        current weights and residuals over the last curvature, which costs a
+        forward pass instead of an LA. The curvature of a linear model does not
+        depend on its weights, so there both give the same fit. Fits on dask
+        input compute it at every update.
     device : str or torch.device, default="cpu"
         Where the default MLP (``net=None``) trains, as skorch's ``device``
         ("cpu", "cuda", "cuda:1"). A skorch net keeps its own ``device`` (set it
@@ -349,7 +358,8 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
                  extrapolation_variance="auto", temperature=1.0, refine=None,
                  sigma_noise=1.0, noise="homoscedastic",
                  normalize_y=True, online_frequency=5, online_burn_in=0, online_steps=None,
-                 online_lr=0.1, device="cpu", memory=None, random_state=None, verbose=0):
+                 online_lr=0.1, online_curvature="every", device="cpu", memory=None,
+                 random_state=None, verbose=0):
         self.net = net
         self.hidden_layer_sizes = hidden_layer_sizes
         self.max_epochs = max_epochs
@@ -381,6 +391,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         self.online_burn_in = online_burn_in
         self.online_steps = online_steps
         self.online_lr = online_lr
+        self.online_curvature = online_curvature
         self.device = device
         self.memory = memory
         self.random_state = random_state
