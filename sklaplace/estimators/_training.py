@@ -181,6 +181,8 @@ def online_callbacks(s, likelihood, sizes, linear, y_model, n_out, sample_weight
             policy.all_weights_structure(linear, n_rows, n_out, sum(sizes),
                                          kernel=not in_parts), s.refine,
             policy.kron_holds_prior(s.prior_structure, s.prior_precision, sizes))
+        if structure == "full" and policy.kron_holds_prior(s.prior_structure, s.prior_precision, sizes) and s.refine is None:
+            structure = "kron"
     gaussian = likelihood.has_noise
     return [OnlineEvidence(
         likelihood.name, hessian_structure=structure, curvature=s.curvature,
