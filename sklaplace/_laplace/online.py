@@ -85,6 +85,7 @@ class OnlineEvidence(Callback):
         self.sample_weight = sample_weight
 
     def initialize(self):
+        self._spectrum = None  # (epoch, posterior) of the last curvature
         self.history_ = []
         self.best_epoch_ = None
         self.best_state_ = None
@@ -125,7 +126,7 @@ class OnlineEvidence(Callback):
             y = likelihood.targets(y)
         crit = net.criterion_
         delta, sigma, value = self.update(module, X, y, crit.prior_precision.cpu(),
-                                          crit.sigma_noise.cpu(), weight=weight)
+                                          crit.sigma_noise.cpu(), weight=weight, epoch=epoch)
         self.record(net, epoch, AllWeights(module), delta, sigma, value)
 
     def record(self, net, epoch, subset, delta, sigma, value):
@@ -165,7 +166,14 @@ class OnlineEvidence(Callback):
             value = float(evidence(delta, sigma if gaussian else None))
         return delta, sigma, value
 
-    def update(self, module, X, y, prior_precision, sigma_noise, weight=None):
+    def _fresh(self, epoch):
+        # the curvature at epochs F, 2F, 4F, ...: it changes fast early, slowly later
+        if epoch is None or self._spectrum is None:
+            return True
+        last = self._spectrum[0]
+        return epoch - last >= max(last - self.burn_in, self.frequency)
+
+    def update(self, module, X, y, prior_precision, sigma_noise, weight=None, epoch=None):
         """One round: K Adam steps, or (``n_steps=None``) the maximum of the evidence.
 
         ``weight``: (N,) row weights or None. Returns (δ per parameter or 0-d, σ, log
@@ -175,13 +183,16 @@ class OnlineEvidence(Callback):
         likelihood = likelihoods.get(self.likelihood)
         n_out = module(X[:1]).reshape(1, -1).shape[1]
         with torch.no_grad():
-            # a scalar prior's evidence needs the spectrum only (no eigenvectors)
-            spectrum = self.prior_structure == "scalar" and self.hessian_structure == "full"
-            posterior = compute_posterior(self.hessian_structure, subset, likelihood, X, y,
-                                          torch.ones(n_out, dtype=torch.float64,
-                                                     device=X.device),
-                                          self.curvature, self.lowrank_rank, weight=weight,
-                                          eigenvalues_only=spectrum)
+            if self._fresh(epoch) or not hasattr(self, "_spectrum"):
+                # a scalar prior's evidence needs the spectrum only (no eigenvectors)
+                spectrum = self.prior_structure == "scalar" and self.hessian_structure == "full"
+                posterior = compute_posterior(self.hessian_structure, subset, likelihood, X, y,
+                                              torch.ones(n_out, dtype=torch.float64,
+                                                         device=X.device),
+                                              self.curvature, self.lowrank_rank, weight=weight,
+                                              eigenvalues_only=spectrum)
+                self._spectrum = (epoch, posterior)
+            posterior = self._spectrum[1]
             f = subset.forward(X)
         evidence = Evidence.at_fit(posterior, subset.theta, likelihood, f, y, weight,
                                    self.temperature, self.curvature)
