@@ -10,10 +10,11 @@ import torch
 from sklaplace._laplace import optim
 
 
-def _train(optimizer_cls, steps=6, **kwargs):
+def _train(optimizer_cls, steps=6, dtype=torch.float32, **kwargs):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
-    X, y = torch.randn(20, 3), torch.randint(0, 2, (20,))
+    model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(),
+                                torch.nn.Linear(5, 2)).to(dtype)
+    X, y = torch.randn(20, 3).to(dtype), torch.randint(0, 2, (20,))
     opt = optimizer_cls(model.parameters(), **kwargs)
 
     def closure():
@@ -30,8 +31,10 @@ def _train(optimizer_cls, steps=6, **kwargs):
 @pytest.mark.parametrize("ours,torchs,kwargs", [
     (optim.Adam, torch.optim.Adam, {"lr": 0.05}),
     (optim.Adam, torch.optim.Adam, {"lr": 0.05, "amsgrad": True, "foreach": False}),
+    # L-BFGS's algebra runs in float64 (optim.LBFGS): torch's on float64 parameters
     (optim.LBFGS, torch.optim.LBFGS, {"max_iter": 1, "max_eval": 25,
-                                      "line_search_fn": "strong_wolfe"}),
+                                      "line_search_fn": "strong_wolfe",
+                                      "dtype": torch.float64}),
 ])
 def test_default_optimizers_are_torchs_arithmetic(ours, torchs, kwargs):
     assert issubclass(ours, torchs)

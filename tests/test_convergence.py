@@ -250,3 +250,39 @@ def test_lbfgs_line_search_keeps_descending():
                            random_state=0).fit(StandardScaler().fit_transform(X), y)
     assert reg.loss_curve_[-1] < reg.loss_curve_[20] - 1e-2
     assert np.all(np.diff(reg.loss_curve_) < 0)  # a line search accepts descent steps only
+
+
+def test_lbfgs_line_search_stays_finite_on_unscaled_features():
+    """torch's strong-Wolfe line search in float32 squares directional derivatives of
+    ~1e22 here (features of scale 1e6): they overflowed and the step turned NaN; the
+    default MLP's L-BFGS does its algebra in float64."""
+    from sklaplace._laplace import optim
+
+    torch.manual_seed(2)
+    X, y = torch.randn(64, 5) * 1e6, torch.randn(64, 1)
+    linear = nn.Linear(5, 1)
+    opt = optim.LBFGS(linear.parameters(), lr=1, max_iter=1, max_eval=25,
+                      line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = 0.5 * ((linear(X) - y) ** 2).mean()
+        loss.backward()
+        return loss
+
+    losses = [float(opt.step(closure)) for _ in range(10)]
+    assert np.all(np.isfinite(losses)) and losses[-1] < 1e-3 * losses[0]
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all()
+               for p in linear.parameters())
+
+
+def test_the_default_fits_unscaled_features():
+    """The linear candidate's L-BFGS diverged on features of scale 1e6 ("MAP training
+    diverged … raise prior_precision"), which the default fitted before it trained by
+    L-BFGS: the predictions are finite again."""
+    from sklearn.datasets import make_regression
+
+    X, y = make_regression(80, 5, random_state=0)
+    reg = LaplaceRegressor(random_state=0).fit(X * 1e6, y)
+    mean, std = reg.predict(X * 1e6, return_std=True)
+    assert np.all(np.isfinite(mean)) and np.all(np.isfinite(std)) and np.all(std > 0)

@@ -39,6 +39,24 @@ def weighted_spread(values, weight=None, axis=None):
     return np.sqrt(np.sum(w * centered**2, axis=axis) / np.sum(w, axis=axis))
 
 
+#: σ's lower bound in tuning (and σ(x)'s at the heteroscedastic start), relative to the
+#: targets' scale (:func:`target_unit`).
+SIGMA_FLOOR = 1e-3
+
+
+def target_unit(spread):
+    """The scale of targets of std ``spread``: the std, or 1 where it is 0 (a constant
+    target), as :class:`TargetScale` standardizes (scikit-learn's
+    ``_handle_zeros_in_scale``); σ's bounds are relative to it."""
+    spread = np.asarray(spread, dtype=float)
+    return np.where(spread > 0, spread, 1.0)
+
+
+def sigma_floor(spread):
+    """σ's lower bound for targets of std ``spread`` (per output, or one value)."""
+    return SIGMA_FLOOR * target_unit(spread)
+
+
 def whole_net(prior):
     """A whole-net prior as stored: a float, or a float array."""
     arr = np.asarray(prior, dtype=float)
@@ -114,10 +132,10 @@ def check_sigma_scale(given, sigma, y_model, normalizes, sample_weight=None):
     """Refuse a σ (``given`` as the parameter) so small against the spread of the
     targets that training breaks."""
     spread = weighted_spread(y_model, sample_weight, axis=0)
-    scale = np.where(spread > 0, spread, 1.0) / sigma**2
+    scale = target_unit(spread) / sigma**2
     if not np.all(scale <= MAX_GRADIENT_SCALE):
         unit = "standardized y" if normalizes else "y"
-        floor = np.sqrt(np.max(np.where(spread > 0, spread, 1.0)) / MAX_GRADIENT_SCALE)
+        floor = np.sqrt(np.max(target_unit(spread)) / MAX_GRADIENT_SCALE)
         raise ValueError(
             f"sigma_noise={given!r} (in units of {unit}) is too small for the "
             f"spread of y: MAP training cannot fit with it (the gradients of the Gaussian "
@@ -172,7 +190,7 @@ class TargetScale:
                 "y is too large for float64 arithmetic (its standard deviation overflows); "
                 "rescale the targets."
             )
-        std = np.where(spread > 0, spread, 1.0) if normalize else np.ones(y2.shape[1])
+        std = target_unit(spread) if normalize else np.ones(y2.shape[1])
         return cls(np.asarray(mean, dtype=float), std, bool(normalize), ndim)
 
     def record_on(self, net):

@@ -103,3 +103,20 @@ def head_index(module, n_outputs):
             found += 1
         labels.append(part.reshape(-1))
     return np.concatenate(labels) if found == 1 + (out.bias is not None) else None
+
+
+def evidence_heads(likelihood, subset, structure, n_out, f, weight):
+    """(The Laplace weights' output head, {head: log of its δ's scale}) where the evidence
+    tunes the prior per head (:func:`head_index`): the heteroscedastic likelihood, but for
+    Kronecker factors (one δ per tensor) and a net without a 2T-output ``nn.Linear``
+    last; else (None, None). η₁'s weights are the mean's times e^g: its δ is searched
+    within e^(−2ḡ) times the bounds, ḡ the mean log precision ``f`` (n, 2T) on the
+    training rows (row ``weight`` or None). Post-hoc and online tuning alike."""
+    if likelihood.name != "heteroscedastic" or structure == "kron":
+        return None, None
+    heads = head_index(subset.module, n_out)
+    if heads is None:
+        return None, None
+    g = f[:, n_out // 2:].mean(1)
+    g_bar = float(g.mean() if weight is None else (weight * g).sum() / weight.sum())
+    return heads[subset.whole_index], {1: -2.0 * g_bar}

@@ -10,7 +10,9 @@ of epochs burn_in + F, + 2F, + 4F, …; the updates between take the evidence at
 current weights and residuals over the last curvature (a linear model's curvature does
 not depend on its weights, so there both schedules agree).
 As in laplace-torch's ``marglik_training``, the network and hyperparameters of
-the update with the best log evidence are restored when training ends.
+the update with the best log evidence are restored when training ends. The
+natural-parameter net's δ is tuned per output head, as post-hoc tuning does
+(:func:`~sklaplace._laplace.natural.evidence_heads`).
 """
 
 import copy
@@ -21,7 +23,7 @@ from skorch.callbacks import Callback
 
 from .curvature import compute_posterior
 from .evidence import LOG_PRIOR_BOUNDS, Evidence, maximize_evidence
-from . import likelihoods, optim
+from . import likelihoods, natural, optim
 from .prior import PriorGroups
 from .nets import module_device
 from .subsets import AllWeights
@@ -161,14 +163,16 @@ class OnlineEvidence(Callback):
                             else None),
         })
 
-    def _maximize(self, evidence, log_delta, groups, sigma0):
-        """The evidence maximum at the current net (bounded L-BFGS-B); as :meth:`update`."""
+    def _maximize(self, evidence, log_delta, groups, sigma0, offset):
+        """The evidence maximum at the current net (bounded L-BFGS-B, each free δ's bounds
+        shifted by ``offset``); as :meth:`update`."""
         gaussian = evidence.gaussian
         expand = groups.expand
         log_d, log_s = maximize_evidence(
             evidence, log_delta.numpy(), expand,
             np.log(sigma0.numpy()) if gaussian else None,
-            max(self.sigma_floor, 1e-300) if gaussian else None, warn=False)
+            max(self.sigma_floor, 1e-300) if gaussian else None, warn=False,
+            log_offset=offset)
         delta = expand(torch.as_tensor(np.exp(log_d)))
         sigma = torch.as_tensor(np.exp(log_s), dtype=torch.float64) if gaussian else sigma0
         with torch.no_grad():
@@ -194,38 +198,52 @@ class OnlineEvidence(Callback):
         likelihood = likelihoods.get(self.likelihood)
         n_out = module(X[:1]).reshape(1, -1).shape[1]
         with torch.no_grad():
+            f = subset.forward(X)
+            # the natural-parameter net's δ per head, as post-hoc: one δ for all moved η₁'s
+            # (trained at δ·e^(−2ḡ)) by e^(2ḡ) at the first update, and the loss with it
+            heads, head_scale = natural.evidence_heads(likelihood, subset,
+                                                       self.hessian_structure, n_out, f, weight)
             if self.recomputes(epoch):
                 # a scalar prior's evidence needs the spectrum only (no eigenvectors)
-                spectrum = self.prior_structure == "scalar" and self.hessian_structure == "full"
+                spectrum = (self.prior_structure == "scalar" and self.hessian_structure == "full"
+                            and heads is None)
                 self.curvature_ = (epoch, compute_posterior(
                     self.hessian_structure, subset, likelihood, X, y,
                     torch.ones(n_out, dtype=torch.float64, device=X.device), self.curvature,
                     self.lowrank_rank, weight=weight, eigenvalues_only=spectrum))
             posterior = self.curvature_[1]
-            f = subset.forward(X)
         evidence = Evidence.at_fit(posterior, subset.theta, likelihood, f, y, weight,
                                    self.temperature, self.curvature)
-        return self.tune(evidence, subset, prior_precision, sigma_noise)
+        return self.tune(evidence, subset, prior_precision, sigma_noise, heads, head_scale)
 
-    def tune(self, evidence, subset, prior_precision, sigma_noise):
+    def tune(self, evidence, subset, prior_precision, sigma_noise, heads=None,
+             head_log_scale=None):
         """The round's steps on the ``evidence`` of the current net (of rows in memory, or
-        of sums over partitions): (δ per parameter or 0-d, σ, log evidence)."""
+        of sums over partitions): (δ per parameter or 0-d, σ, log evidence). ``heads``,
+        ``head_log_scale``: the groups split by output head and their δ's bounds' scale
+        (:func:`.natural.evidence_heads`), or None."""
         gaussian = likelihoods.get(self.likelihood).has_noise
-        groups = PriorGroups(self.prior_structure, subset)
+        groups = PriorGroups(self.prior_structure, subset, heads)
+        shift = np.zeros(groups.n_free)
+        if heads is not None and head_log_scale:
+            shift = np.array([head_log_scale.get(h, 0.0) for h in groups.head_of_groups(heads)])
         log_delta = groups.log_start(prior_precision).requires_grad_(True)
         params = [log_delta]
         sigma0 = sigma_noise.to("cpu", torch.float64)
         if sigma0.dim() > 0 and sigma0.numel() > 1:
             raise ValueError("hyperparameter_tuning='online' supports a scalar sigma_noise only.")
         if self.n_steps is None:
-            return self._maximize(evidence, log_delta.detach(), groups, sigma0.reshape(()))
+            return self._maximize(evidence, log_delta.detach(), groups, sigma0.reshape(()),
+                                  shift)
         log_sigma = sigma0.reshape(()).log().clone().requires_grad_(gaussian)
         if gaussian:
             params.append(log_sigma)
         optimizer = optim.Adam(params, lr=self.lr)
 
+        lower, upper = (torch.as_tensor(b + shift) for b in LOG_PRIOR_BOUNDS)
+
         def delta_of(v):
-            return groups.expand(v.clamp(*LOG_PRIOR_BOUNDS).exp())
+            return groups.expand(v.clamp(lower, upper).exp())
 
         def sigma_of(v):
             return v.exp().clamp_min(self.sigma_floor) if gaussian else None
@@ -237,7 +255,7 @@ class OnlineEvidence(Callback):
             if grouped is None:
                 loss = -evidence(delta_of(log_delta), sigma_of(log_sigma))
             else:  # one δ per group: the evidence's grouped (faster) form
-                values = log_delta.clamp(*LOG_PRIOR_BOUNDS).exp()
+                values = log_delta.clamp(lower, upper).exp()
                 loss = -evidence(values, sigma_of(log_sigma), index=grouped)
             loss.backward()
             optimizer.step()

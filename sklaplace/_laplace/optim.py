@@ -7,7 +7,8 @@ them. That import is the largest part of a process's first fit (``python -m benc
 coldstart``; about 1 s on a quiet machine, more than the fit itself). sklaplace trains
 eagerly (skorch's ``compile`` compiles the module, not the optimizer), where the wrappers
 call the method itself; these subclasses call it directly. The arithmetic is torch's, the
-same tensors bit for bit (``tests/test_cold_start.py``). Nothing of torch is changed: the
+same tensors bit for bit (``tests/test_cold_start.py``), but L-BFGS's algebra runs in
+float64 (:class:`LBFGS`). Nothing of torch is changed: the
 classes serve only the default MLP; a skorch net of your own keeps its optimizer.
 """
 
@@ -33,7 +34,14 @@ class Adam(torch.optim.Adam):
 
 
 class LBFGS(torch.optim.LBFGS):
-    """``torch.optim.LBFGS`` without the first-use import of ``torch._dynamo`` (module doc)."""
+    """``torch.optim.LBFGS`` without the first-use import of ``torch._dynamo`` (module doc),
+    its directions, curvature pairs and line search in float64 (the parameters keep their
+    dtype; on float64 parameters it is torch's, bit for bit)."""
 
     add_param_group = _unwrapped(torch.optim.Optimizer.add_param_group)
     zero_grad = _unwrapped(torch.optim.Optimizer.zero_grad)
+
+    def _gather_flat_grad(self):
+        # the strong-Wolfe line search squares directional derivatives: in float32 they
+        # overflow beyond ~1e19 (unscaled features of ~1e4 and up) and the step turns NaN
+        return super()._gather_flat_grad().to(torch.float64)

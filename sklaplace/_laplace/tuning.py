@@ -30,7 +30,8 @@ from .evidence import maximize_evidence
 from .fitted import fill_rows, generator
 from .holdout import (LOG10_PRIOR_GRID, held_out_chunks, one_standard_error_choice,
                       warn_at_grid_bound)
-from .hyperparameters import Hyperparameters, weighted_spread
+from .hyperparameters import (SIGMA_FLOOR, Hyperparameters, sigma_floor, target_unit,
+                              weighted_spread)
 from .prior import PriorGroups, subset_prior
 
 
@@ -50,14 +51,14 @@ def by_evidence(evidence, subset, prior_structure, prior_precision, sigma, y_mod
     log_sigma0 = floor = ceiling = None
     if evidence.gaussian:
         log_sigma0 = np.log(sigma.cpu().numpy())
-        # the scale of σ: the targets' spread, or the MAP's residuals where they are larger
-        # (a task of constant targets after another, in partial_fit)
+        # the scale of σ: the targets' spread (1 for a constant target, as TargetScale's),
+        # or the MAP's residuals where they are larger (a constant task after another)
         if spread is None:
             spread = weighted_spread(np.asarray(y_model).reshape(len(y_model), -1),
                                      sample_weight, axis=0)
         rms = np.sqrt(evidence.sse.cpu().numpy() / evidence.n_rows)
-        spread = np.maximum(np.maximum(spread, rms), 1e-12)
-        floor, ceiling = 1e-3 * spread, 10 * spread
+        spread = np.maximum(target_unit(spread), rms)
+        floor, ceiling = SIGMA_FLOOR * spread, 10 * spread
         if sigma.dim() == 0:
             floor, ceiling = floor.mean(), ceiling.max()
     log_delta, log_sigma = maximize_evidence(evidence, log0, groups.expand, log_sigma0, floor,
@@ -200,7 +201,7 @@ def by_held_out(evidence, posterior, subset, Xv, yv, w_val, y_model, w_fit, sigm
         # Gaussian: Σ(δ, σ) = c·(H + ρI)⁻¹ with c = 1/s(σ) and ρ = c·δ, so one
         # variance (one set of draws ε₁ ~ N(0, (H + ρI)⁻¹)) per ρ serves every σ,
         # searched in 1-D per ρ.
-        floor = 1e-3 * max(float(weighted_spread(y_model, w_fit)), 1e-12)
+        floor = float(sigma_floor(weighted_spread(y_model, w_fit)))
         n_out = yv.reshape(len(yv), -1).shape[1]
         w_cells = None if w_val is None else np.repeat(w_val, n_out)
 

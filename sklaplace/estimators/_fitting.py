@@ -203,7 +203,7 @@ def fit_laplace(s, net, likelihood, X, y_model, hyper0, *, tuning, prediction_se
     # partial_fit: the earlier tasks' posterior is the prior (continual.py)
     evidence = task_evidence(evidence, task, n_rows)
 
-    heads, head_scale = _heads(likelihood, subset, structure, n_out, f, wt)
+    heads, head_scale = natural.evidence_heads(likelihood, subset, structure, n_out, f, wt)
 
     def by_evidence(sigma, on=None, start=None):  # from the given prior (or start), σ
         return tuners.by_evidence(evidence if on is None else on, subset, s.prior_structure,
@@ -291,23 +291,6 @@ def online_choice(s, net, targets, n_rows, kind, structure, by_evidence, sigma_i
         # diagonal LA over all weights the updates used (3 splits each).
         hyper = by_evidence(hyper.sigma)
     return hyper, history
-
-
-def _heads(likelihood, subset, structure, n_out, f, weight):
-    """(The Laplace weights' output head, {head: log of its δ's scale}) where the evidence
-    tunes the prior per head (:func:`._laplace.natural.head_index`): ``noise=
-    "heteroscedastic"``, but for Kronecker factors (one δ per tensor) and a net without a
-    2T-output ``nn.Linear`` last; else (None, None). η₁'s weights are the mean's times
-    e^g: its δ is searched within e^(−2ḡ) times the bounds, ḡ the MAP's mean log
-    precision ``f`` on the training rows."""
-    if likelihood.name != "heteroscedastic" or structure == "kron":
-        return None, None
-    heads = natural.head_index(subset.module, n_out)
-    if heads is None:
-        return None, None
-    g = f[:, n_out // 2:].mean(1)
-    g_bar = float(g.mean() if weight is None else (weight * g).sum() / weight.sum())
-    return heads[subset.whole_index], {1: -2.0 * g_bar}
 
 
 def _outside_variance(s, hyper, tuning, task, validation, moments, X, y, weight, scorers):

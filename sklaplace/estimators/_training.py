@@ -28,7 +28,7 @@ from .._laplace import policy
 from . import _warmup as warmup
 from .._laplace import nets, progress
 from .._laplace.convergence import training_curve
-from .._laplace.hyperparameters import Hyperparameters, weighted_spread
+from .._laplace.hyperparameters import Hyperparameters, sigma_floor, weighted_spread
 from .._laplace.online import OnlineEvidence
 from .._laplace.prior import tensor_sizes
 from .._laplace.subsets import AllWeights, _to_module
@@ -187,7 +187,9 @@ def online_callbacks(s, likelihood, sizes, linear, y_model, n_out, sample_weight
         prior_structure=s.prior_structure, frequency=s.online_frequency,
         burn_in=s.online_burn_in, n_steps=s.online_steps, lr=s.online_lr,
         temperature=s.temperature, lowrank_rank=s.lowrank_rank,
-        sigma_floor=1e-3 * spread if gaussian else 0.0,
+        # relative to the targets' scale: a constant target's spread 0 left σ unbounded
+        # below, and the evidence drove it to ~1e-12, where float32 training overflows
+        sigma_floor=float(sigma_floor(spread)) if gaussian else 0.0,
         curvature_schedule=s.online_curvature, sample_weight=sample_weight,
     )]
 

@@ -11,9 +11,9 @@ for the one-σ regressor. So the default MLP is trained in two phases:
    ``noise="homoscedastic"`` does);
 2. its hidden layers and mean weights start the natural-parameter network: the log
    precision's weights start at zero and its bias at g₀ = −log mean(r²) per target,
-   the residuals' mean square, and η₁'s weights are those of the mean times e^(g₀)
-   (μ = η₁e^(−g) unchanged); training then continues on the heteroscedastic
-   likelihood, all outputs jointly.
+   the residuals' mean square (at least σ's floor of tuning squared), and η₁'s weights
+   are those of the mean times e^(g₀) (μ = η₁e^(−g) unchanged); training then continues
+   on the heteroscedastic likelihood, all outputs jointly.
 
 With ``hidden_layer_sizes="auto"`` (or a list of candidates) the first phase is the
 default's fit: :func:`select_mean` runs its architecture selection among the one-σ mean
@@ -32,6 +32,7 @@ import torch
 from sklearn.utils.validation import check_memory
 
 from .._laplace import likelihoods, nets, policy
+from .._laplace.hyperparameters import sigma_floor, weighted_spread
 from .._laplace.online import OnlineEvidence
 from .._laplace.subsets import _to_module
 from . import _selection as selection
@@ -128,7 +129,11 @@ def natural_start(mean_module, X, y_model, sample_weight=None):
         else:
             w = torch.as_tensor(np.asarray(sample_weight, dtype=np.float64)).to(mean.device)
             ms = (w[:, None] * r2).sum(0) / w.sum()
-        g0 = -torch.log(ms.clamp_min(torch.finfo(torch.float32).tiny))
+        # σ(x) starts no lower than σ's floor of tuning: residuals → 0 (a constant or
+        # interpolated target) took e^(g₀) and η₁'s prior δ·e^(−2g₀) out of float32's range
+        floor = torch.as_tensor(sigma_floor(weighted_spread(
+            np.asarray(y_model, dtype=np.float64).reshape(mean.shape), sample_weight, axis=0)))
+        g0 = -torch.log(ms.clamp_min(floor.to(ms) ** 2))
         T = mean.shape[1]
         module = clone_shape(mean_module, 2 * T)
         for new, old in zip(module.layers[:-1], mean_module.layers[:-1]):

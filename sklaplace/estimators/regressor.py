@@ -180,7 +180,8 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         ``normalize_y=True`` (1.0: noise as large as std(y)) and in the units
         of y otherwise. The fitted ``sigma_noise_`` is always in the units of y;
         the evidence tunes it within [1e-3, 10]·s per output, s the larger of
-        std(y) and the RMS of the MAP's residuals (warning at a bound).
+        std(y) (1 for a constant y, as it is standardized) and the RMS of the
+        MAP's residuals (warning at a bound).
     noise : {"homoscedastic", "heteroscedastic"}, default="homoscedastic"
         The observation noise. ``"homoscedastic"``: one σ per output (``sigma_noise``).
         ``"heteroscedastic"``: a σ(x) per row that the network predicts (Immer et al. 2023): it
