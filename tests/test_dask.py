@@ -169,6 +169,67 @@ def test_unsupported_and_mismatched_inputs(client, three_classes):
         LaplaceRegressor(hyperparameter_tuning="cv").fit(Xd, da.from_array(X[:, 0], chunks=60))
 
 
+def _text_column(X):
+    """X as a DataFrame whose column "b" holds its numbers as strings (object dtype)."""
+    frame = pd.DataFrame(X, columns=list("abcd"))
+    frame["b"] = pd.Series([repr(float(v)) for v in X[:, 1]], dtype=object)
+    return frame
+
+
+def test_partitions_are_converted_as_in_memory(client, three_classes):
+    """scikit-learn's conversions of the in-memory fit, on each partition where it is
+    read: numeric strings, in a DataFrame or an object array, fit as the numbers."""
+    X, y, net = three_classes
+    frame = _text_column(X)
+    params = dict(net=FrozenEstimator(net), random_state=0)
+    memory = LaplaceClassifier(**params).fit(frame, y)
+    yd = dd.from_pandas(pd.Series(y), npartitions=4)
+    inputs = [(dd.from_pandas(frame, npartitions=4), yd),
+              (da.from_array(frame.to_numpy(dtype=object), chunks=(70, 4)),
+               da.from_array(y, chunks=70))]
+    for Xd, target in inputs:
+        dist = LaplaceClassifier(**params).fit(Xd, target)
+        assert dist.log_evidence_ == pytest.approx(memory.log_evidence_, abs=1e-6)
+        np.testing.assert_allclose(dist.predict_proba(Xd).compute(),
+                                   memory.predict_proba(frame), atol=1e-6, rtol=0)
+        assert (getattr(dist, "feature_names_in_", None) is None) == (not hasattr(Xd, "columns"))
+    np.testing.assert_array_equal(
+        LaplaceClassifier(**params).fit(*inputs[0]).feature_names_in_, memory.feature_names_in_)
+    # integer column names are not feature names, in memory and on partitions alike
+    assert not hasattr(LaplaceClassifier(**params).fit(pd.DataFrame(X), y), "feature_names_in_")
+    assert not hasattr(LaplaceClassifier(**params).fit(
+        dd.from_pandas(pd.DataFrame(X), npartitions=4), yd), "feature_names_in_")
+
+
+def _invalid(case, X, y):
+    """(estimator, X, y) of a fit that the in-memory checks refuse."""
+    frame = pd.DataFrame(X, columns=list("abcd"))
+    if case == "category":
+        frame["b"] = np.where(X[:, 1] > 0, "red", "blue").astype(object)
+    elif case == "nan":
+        frame.iloc[200, 2] = np.nan  # in the last partition
+    elif case == "labels":
+        return LaplaceClassifier, frame, X[:, 0]
+    elif case == "targets":
+        return LaplaceRegressor, frame, np.where(X[:, 0] > 0, "high", "low").astype(object)
+    return LaplaceClassifier, frame, y
+
+
+@pytest.mark.parametrize("case", ["category", "nan", "labels", "targets"])
+def test_invalid_partitions_raise_the_in_memory_errors(client, three_classes, case):
+    X, y, _ = three_classes
+    cls, frame, target = _invalid(case, X, y)
+    params = dict(max_epochs=1, hyperparameter_tuning="evidence")
+    with pytest.raises(ValueError) as memory:
+        cls(**params).fit(frame, target)
+    with pytest.raises(ValueError) as dist:
+        cls(**params).fit(dd.from_pandas(frame, npartitions=4),
+                          dd.from_pandas(pd.Series(target), npartitions=4))
+    assert str(dist.value) == str(memory.value)
+    if case == "category":
+        assert "OneHotEncoder" in str(dist.value)
+
+
 def test_trained_fit_reaches_the_in_memory_held_out_nll(client):
     from sklearn.metrics import log_loss
 
