@@ -276,6 +276,62 @@ def test_trained_regressor_default_configuration(client):
         LaplaceRegressor(lr=0.1).fit(da.from_array(X, chunks=500), da.from_array(y, chunks=500))
 
 
+_SAME_SEED_FIT = """
+import sys, warnings
+import numpy as np
+import dask.array as da
+from sklaplace import LaplaceClassifier
+
+rng = np.random.RandomState(3)
+X = rng.randn(2_000, 5)
+logit = 2 * X[:, 0] - X[:, 1] + np.sin(2 * X[:, 2])
+y = (logit + rng.logistic(size=len(X)) > 0).astype(int)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    fitted = LaplaceClassifier(hidden_layer_sizes=(50,), max_epochs=8, random_state=0).fit(
+        da.from_array(X, chunks=1_000), da.from_array(y, chunks=1_000))
+assert fitted.hyperparameter_tuning_ == "cv"  # the held-out rows' sums too
+proba = fitted.predict_proba(X)
+"""
+
+
+def test_same_seed_gives_the_same_fit_bitwise_on_any_scheduler(client, tmp_path):
+    """The same seed: bitwise the same probabilities over repeated fits on the 2 worker
+    processes (one torch thread each) and on dask's local threaded scheduler in a
+    process of 2 torch threads, whose tasks run in its threads. Partitions of 1,000
+    rows: a matrix product of that size adds in another order on 2 threads than on 1."""
+    import runpy
+    import subprocess
+    import sys
+
+    script = tmp_path / "fit.py"
+    script.write_text(_SAME_SEED_FIT)
+    on_workers = [runpy.run_path(str(script))["proba"] for _ in range(2)]
+    np.testing.assert_array_equal(on_workers[1], on_workers[0])
+    local = tmp_path / "local.npy"
+    script.write_text(_SAME_SEED_FIT + f"np.save({str(local)!r}, proba)\n")
+    env = {k: v for k, v in os.environ.items() if k != "MKL_NUM_THREADS"}
+    subprocess.run([sys.executable, str(script)], check=True,
+                   env={**env, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "2"})
+    np.testing.assert_array_equal(np.load(local), on_workers[0])
+
+
+def test_a_local_scheduler_set_in_the_config_runs_beside_a_client(client, three_classes):
+    """``dask.config.set(scheduler=...)`` runs the fit on that scheduler, as it does
+    ``dask.compute``, while a client is the default; the same numbers."""
+    import dask
+
+    X, y, net = three_classes
+    Xd, yd = da.from_array(X, chunks=70), da.from_array(y, chunks=70)
+    params = dict(net=FrozenEstimator(net), hessian_structure="kron", random_state=0)
+    on_workers = LaplaceClassifier(**params).fit(Xd, yd)
+    with dask.config.set(scheduler="sync"):
+        local = LaplaceClassifier(**params).fit(Xd, yd)
+        proba = local.predict_proba(Xd).compute()
+    assert local.log_evidence_ == on_workers.log_evidence_
+    np.testing.assert_array_equal(proba, on_workers.predict_proba(Xd).compute())
+
+
 def _exit_on_worker(block):
     try:
         distributed.get_worker()

@@ -9,7 +9,11 @@ the same graphs either way.
 - :func:`row_parts`: the partitions of X and y (checked to match) as pairs, and
   :func:`read_pair`, one converted and checked where it is read;
 - :func:`share`: an object sent once (scattered to every worker, or one graph key);
-- :func:`tree_reduce`: per-partition pieces combined pairwise in a tree (``split_every``);
+- :func:`tree_reduce`: per-partition pieces combined in a tree (``split_every``) whose
+  shape and order of additions follow the partitions' order, never where or when a piece
+  was computed;
+- :func:`partition_task`: a per-partition task on one torch thread, so that its piece
+  is the same bitwise on any worker or scheduler;
 - :func:`lazy_on_dask`: a prediction method that maps over the partitions of a dask
   input (``map_blocks`` / ``map_partitions`` with explicit ``meta``) and returns dask arrays.
 """
@@ -18,6 +22,8 @@ import functools
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
+
+from .._laplace.threads import single_thread
 
 #: Parts combined per node of a reduction tree.
 SPLIT_EVERY = 8
@@ -30,15 +36,13 @@ def is_dask(X):
 
 
 def active_client():
-    """The default ``dask.distributed`` client, or None (dask's local scheduler)."""
-    try:
-        from distributed import default_client
-    except ImportError:
-        return None
-    try:
-        return default_client()
-    except ValueError:
-        return None
+    """The ``dask.distributed`` client that ``dask.compute`` runs on here (the default
+    client, unless ``dask.config.set(scheduler=...)`` names another scheduler), or
+    None: dask's local scheduler."""
+    from dask.base import get_scheduler
+
+    client = getattr(get_scheduler(), "__self__", None)  # the bound Client.get
+    return client if "Client" in type(client).__name__ else None
 
 
 def share(obj):
@@ -146,9 +150,23 @@ def read_pair(pair, check):
     return check(X, y)
 
 
+def partition_task(function):
+    """Decorate the function of a per-partition task: it runs on one torch thread
+    (:func:`._laplace.threads.single_thread`), so that the piece it returns does not
+    depend on the worker, the scheduler or their thread settings."""
+
+    @functools.wraps(function)
+    def task(*args, **kwargs):
+        with single_thread():
+            return function(*args, **kwargs)
+
+    return task
+
+
 def tree_reduce(pieces, combine, split_every=SPLIT_EVERY):
-    """One delayed value: ``combine`` applied pairwise up a tree of the delayed ``pieces``
-    (``split_every`` children per node)."""
+    """One delayed value: ``combine`` applied up a tree of the delayed ``pieces``
+    (``split_every`` children per node, left to right in the pieces' order): the same
+    additions in the same order wherever and whenever each piece is computed."""
     import dask
 
     level = list(pieces)
@@ -239,6 +257,7 @@ def _probe(estimator):
     return pd.DataFrame(row, columns=names)
 
 
+@partition_task
 def _predict_part(X, model, *, name, args, kwargs, several, names):
     if names is not None and not hasattr(X, "columns"):
         import pandas as pd

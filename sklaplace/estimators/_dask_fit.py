@@ -24,8 +24,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
 from .._laplace import policy
-from ._dask import (check_collections, compute, empty_like, read_pair, row_parts, share,
-                    tree_reduce)
+from ._dask import (check_collections, compute, empty_like, partition_task, read_pair,
+                    row_parts, share, tree_reduce)
 from ._dask_holdout import held_out_choice
 from ._labels import FIT_CHECKS as LABEL_CHECKS
 from ._regressor_noise import FIT_CHECKS as TARGET_CHECKS
@@ -155,6 +155,7 @@ def _as_rows(X):
     return torch.as_tensor(np.asarray(X, dtype=np.float64).reshape(len(X), -1))
 
 
+@partition_task
 def _first_piece(pair, classifier, check=None):
     if check is not None:
         try:
@@ -238,6 +239,7 @@ def _model_spread(stats, targets):
     return np.sqrt(var) / targets.std
 
 
+@partition_task
 def _part_sums(pair, shared, structure, range_stats):
     # a copy per task: the curvature passes hook the module, and a worker's threads
     # share the scattered object
@@ -402,6 +404,7 @@ def _scale(range_sums, ss):
 def _second_moments(pairs, mean):
     import dask
 
+    @partition_task
     def piece(pair):
         X = _as_rows(pair[0])
         return ((X - mean) ** 2).sum(0)
