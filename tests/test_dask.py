@@ -169,6 +169,67 @@ def test_unsupported_and_mismatched_inputs(client, three_classes):
         LaplaceRegressor(hyperparameter_tuning="cv").fit(Xd, da.from_array(X[:, 0], chunks=60))
 
 
+def _text_column(X):
+    """X as a DataFrame whose column "b" holds its numbers as strings (object dtype)."""
+    frame = pd.DataFrame(X, columns=list("abcd"))
+    frame["b"] = pd.Series([repr(float(v)) for v in X[:, 1]], dtype=object)
+    return frame
+
+
+def test_partitions_are_converted_as_in_memory(client, three_classes):
+    """scikit-learn's conversions of the in-memory fit, on each partition where it is
+    read: numeric strings, in a DataFrame or an object array, fit as the numbers."""
+    X, y, net = three_classes
+    frame = _text_column(X)
+    params = dict(net=FrozenEstimator(net), random_state=0)
+    memory = LaplaceClassifier(**params).fit(frame, y)
+    yd = dd.from_pandas(pd.Series(y), npartitions=4)
+    inputs = [(dd.from_pandas(frame, npartitions=4), yd),
+              (da.from_array(frame.to_numpy(dtype=object), chunks=(70, 4)),
+               da.from_array(y, chunks=70))]
+    for Xd, target in inputs:
+        dist = LaplaceClassifier(**params).fit(Xd, target)
+        assert dist.log_evidence_ == pytest.approx(memory.log_evidence_, abs=1e-6)
+        np.testing.assert_allclose(dist.predict_proba(Xd).compute(),
+                                   memory.predict_proba(frame), atol=1e-6, rtol=0)
+        assert (getattr(dist, "feature_names_in_", None) is None) == (not hasattr(Xd, "columns"))
+    np.testing.assert_array_equal(
+        LaplaceClassifier(**params).fit(*inputs[0]).feature_names_in_, memory.feature_names_in_)
+    # integer column names are not feature names, in memory and on partitions alike
+    assert not hasattr(LaplaceClassifier(**params).fit(pd.DataFrame(X), y), "feature_names_in_")
+    assert not hasattr(LaplaceClassifier(**params).fit(
+        dd.from_pandas(pd.DataFrame(X), npartitions=4), yd), "feature_names_in_")
+
+
+def _invalid(case, X, y):
+    """(estimator, X, y) of a fit that the in-memory checks refuse."""
+    frame = pd.DataFrame(X, columns=list("abcd"))
+    if case == "category":
+        frame["b"] = np.where(X[:, 1] > 0, "red", "blue").astype(object)
+    elif case == "nan":
+        frame.iloc[200, 2] = np.nan  # in the last partition
+    elif case == "labels":
+        return LaplaceClassifier, frame, X[:, 0]
+    elif case == "targets":
+        return LaplaceRegressor, frame, np.where(X[:, 0] > 0, "high", "low").astype(object)
+    return LaplaceClassifier, frame, y
+
+
+@pytest.mark.parametrize("case", ["category", "nan", "labels", "targets"])
+def test_invalid_partitions_raise_the_in_memory_errors(client, three_classes, case):
+    X, y, _ = three_classes
+    cls, frame, target = _invalid(case, X, y)
+    params = dict(max_epochs=1, hyperparameter_tuning="evidence")
+    with pytest.raises(ValueError) as memory:
+        cls(**params).fit(frame, target)
+    with pytest.raises(ValueError) as dist:
+        cls(**params).fit(dd.from_pandas(frame, npartitions=4),
+                          dd.from_pandas(pd.Series(target), npartitions=4))
+    assert str(dist.value) == str(memory.value)
+    if case == "category":
+        assert "OneHotEncoder" in str(dist.value)
+
+
 def test_trained_fit_reaches_the_in_memory_held_out_nll(client):
     from sklearn.metrics import log_loss
 
@@ -213,6 +274,62 @@ def test_trained_regressor_default_configuration(client):
     np.testing.assert_allclose(mean, memory.predict(X), atol=0.05)
     with pytest.raises(ValueError, match="lr"):
         LaplaceRegressor(lr=0.1).fit(da.from_array(X, chunks=500), da.from_array(y, chunks=500))
+
+
+_SAME_SEED_FIT = """
+import sys, warnings
+import numpy as np
+import dask.array as da
+from sklaplace import LaplaceClassifier
+
+rng = np.random.RandomState(3)
+X = rng.randn(2_000, 5)
+logit = 2 * X[:, 0] - X[:, 1] + np.sin(2 * X[:, 2])
+y = (logit + rng.logistic(size=len(X)) > 0).astype(int)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    fitted = LaplaceClassifier(hidden_layer_sizes=(50,), max_epochs=8, random_state=0).fit(
+        da.from_array(X, chunks=1_000), da.from_array(y, chunks=1_000))
+assert fitted.hyperparameter_tuning_ == "cv"  # the held-out rows' sums too
+proba = fitted.predict_proba(X)
+"""
+
+
+def test_same_seed_gives_the_same_fit_bitwise_on_any_scheduler(client, tmp_path):
+    """The same seed: bitwise the same probabilities over repeated fits on the 2 worker
+    processes (one torch thread each) and on dask's local threaded scheduler in a
+    process of 2 torch threads, whose tasks run in its threads. Partitions of 1,000
+    rows: a matrix product of that size adds in another order on 2 threads than on 1."""
+    import runpy
+    import subprocess
+    import sys
+
+    script = tmp_path / "fit.py"
+    script.write_text(_SAME_SEED_FIT)
+    on_workers = [runpy.run_path(str(script))["proba"] for _ in range(2)]
+    np.testing.assert_array_equal(on_workers[1], on_workers[0])
+    local = tmp_path / "local.npy"
+    script.write_text(_SAME_SEED_FIT + f"np.save({str(local)!r}, proba)\n")
+    env = {k: v for k, v in os.environ.items() if k != "MKL_NUM_THREADS"}
+    subprocess.run([sys.executable, str(script)], check=True,
+                   env={**env, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "2"})
+    np.testing.assert_array_equal(np.load(local), on_workers[0])
+
+
+def test_a_local_scheduler_set_in_the_config_runs_beside_a_client(client, three_classes):
+    """``dask.config.set(scheduler=...)`` runs the fit on that scheduler, as it does
+    ``dask.compute``, while a client is the default; the same numbers."""
+    import dask
+
+    X, y, net = three_classes
+    Xd, yd = da.from_array(X, chunks=70), da.from_array(y, chunks=70)
+    params = dict(net=FrozenEstimator(net), hessian_structure="kron", random_state=0)
+    on_workers = LaplaceClassifier(**params).fit(Xd, yd)
+    with dask.config.set(scheduler="sync"):
+        local = LaplaceClassifier(**params).fit(Xd, yd)
+        proba = local.predict_proba(Xd).compute()
+    assert local.log_evidence_ == on_workers.log_evidence_
+    np.testing.assert_array_equal(proba, on_workers.predict_proba(Xd).compute())
 
 
 def _exit_on_worker(block):

@@ -247,6 +247,27 @@ def test_user_override_and_threadpoolctl(iris, monkeypatch):
         _recording_estimator(seen).fit(*iris)
 
 
+def test_single_thread_holds_whatever_the_policy(monkeypatch):
+    """A dask fit's tasks: one torch thread, also inside a policy section that would
+    give two and under SKLAPLACE_NUM_THREADS; the calling thread's setting restored."""
+    from sklaplace._laplace.threads import single_thread, torch_threads
+
+    monkeypatch.setenv("SKLAPLACE_NUM_THREADS", "2")
+
+    def nested():
+        seen = []
+        with torch_threads(None):
+            seen.append(torch.get_num_threads())
+            with single_thread():
+                seen.append(torch.get_num_threads())
+                with torch_threads(None):  # a prediction inside a task keeps the one thread
+                    seen.append(torch.get_num_threads())
+            seen.append(torch.get_num_threads())
+        return seen
+
+    assert _in_a_thread_with_two_torch_threads(nested) == [2, 1, 1, 2]
+
+
 def test_overlapping_fits_in_threads_leave_thread_settings_as_found(iris, monkeypatch):
     monkeypatch.delenv("SKLAPLACE_NUM_THREADS", raising=False)
     start = threading.Barrier(3)

@@ -21,7 +21,9 @@ fits that joblib's threading backend runs at once:
   ``torch.set_num_threads`` is not used: it also changes the default of threads
   started later, a process-wide value. The environment variable
   ``SKLAPLACE_NUM_THREADS`` (a positive integer) replaces the policy by that
-  many threads (at most the calling thread's).
+  many threads (at most the calling thread's). :func:`single_thread` runs a block on
+  one thread whatever the policy (the partition tasks of a fit on dask collections,
+  whose sums must not depend on where they run).
 - **The BLAS pools of numpy/scipy** (process-wide in OpenBLAS):
   :func:`single_threaded_blas` lowers them to one thread for the L-BFGS-B tuning:
   the first of overlapping sections saves, lowers and restores them, and only a
@@ -171,5 +173,30 @@ def torch_threads(work):
         yield
     finally:
         _local.active = False
+        if limiter is not None:
+            limiter.restore_original_limits()
+
+
+@contextlib.contextmanager
+def single_thread():
+    """Run the block with one torch thread in the calling thread, whatever the policy.
+
+    The per-partition tasks of a fit on dask collections run under it: the order of a
+    matrix product's additions depends on its threads, so a partition's sums are then
+    the same bitwise in a worker process, in a thread of dask's local scheduler and on
+    the client. Torch's intra-op threads and MKL's follow the calling thread's OpenMP
+    count, unless MKL's are fixed for the whole process (``MKL_NUM_THREADS``,
+    ``torch.set_num_threads``). Nested
+    :func:`torch_threads` sections keep the one thread.
+    """
+    outer = getattr(_local, "active", False)
+    limiter = None
+    if torch.get_num_threads() > 1:
+        limiter = _threadpool_controller().select(user_api="openmp").limit(limits=1)
+    _local.active = True
+    try:
+        yield
+    finally:
+        _local.active = outer
         if limiter is not None:
             limiter.restore_original_limits()

@@ -6,9 +6,14 @@ one arrives. The computations run on the active ``dask.distributed`` client (the
 client, as ``xgboost.dask`` and dask-ml do) or, without one, on dask's local scheduler;
 the same graphs either way.
 
-- :func:`row_parts`: the partitions of X and y (checked to match) as delayed pairs;
+- :func:`row_parts`: the partitions of X and y (checked to match) as pairs, and
+  :func:`read_pair`, one converted and checked where it is read;
 - :func:`share`: an object sent once (scattered to every worker, or one graph key);
-- :func:`tree_reduce`: per-partition pieces combined pairwise in a tree (``split_every``);
+- :func:`tree_reduce`: per-partition pieces combined in a tree (``split_every``) whose
+  shape and order of additions follow the partitions' order, never where or when a piece
+  was computed;
+- :func:`partition_task`: a per-partition task on one torch thread, so that its piece
+  is the same bitwise on any worker or scheduler;
 - :func:`lazy_on_dask`: a prediction method that maps over the partitions of a dask
   input (``map_blocks`` / ``map_partitions`` with explicit ``meta``) and returns dask arrays.
 """
@@ -17,6 +22,8 @@ import functools
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
+
+from .._laplace.threads import single_thread
 
 #: Parts combined per node of a reduction tree.
 SPLIT_EVERY = 8
@@ -29,15 +36,13 @@ def is_dask(X):
 
 
 def active_client():
-    """The default ``dask.distributed`` client, or None (dask's local scheduler)."""
-    try:
-        from distributed import default_client
-    except ImportError:
-        return None
-    try:
-        return default_client()
-    except ValueError:
-        return None
+    """The ``dask.distributed`` client that ``dask.compute`` runs on here (the default
+    client, unless ``dask.config.set(scheduler=...)`` names another scheduler), or
+    None: dask's local scheduler."""
+    from dask.base import get_scheduler
+
+    client = getattr(get_scheduler(), "__self__", None)  # the bound Client.get
+    return client if "Client" in type(client).__name__ else None
 
 
 def share(obj):
@@ -72,21 +77,29 @@ def _is_frame(X):
     return hasattr(X, "npartitions") and not hasattr(X, "chunks")
 
 
-def row_parts(X, y=None):
-    """(list of (X part, y part) delayed pairs, n_features, feature names or None) of a
-    dask array or DataFrame ``X`` and dask ``y`` partitioned by rows alike (a
-    ``ValueError`` otherwise). Each X part is a float array of all columns."""
-    import dask
-
-    if not is_dask(X) or (y is not None and not is_dask(y)):
+def check_collections(X, y):
+    """A ``ValueError`` unless ``X`` and ``y`` are both dask collections."""
+    if not is_dask(X) or not is_dask(y):
         raise ValueError(
             "X and y must both be dask collections (dask arrays or DataFrames partitioned by "
             f"rows) or both in memory; got X of type {type(X).__name__} and y of type "
             f"{type(y).__name__}.")
-    names = None
+
+
+def empty_like(collection):
+    """An in-memory container of no rows with the columns and dtypes of ``collection``."""
+    if _is_frame(collection):
+        return collection._meta  # dask's empty pandas object of the same columns and dtypes
+    return np.empty((0, *collection.shape[1:]), dtype=collection.dtype)
+
+
+def row_parts(X, y):
+    """(list of (X part, y part) pairs of delayed partitions, as they are, n_features) of
+    a dask array or DataFrame ``X`` and dask ``y`` partitioned by rows alike (a
+    ``ValueError`` otherwise); :func:`read_pair` reads one."""
+    check_collections(X, y)
     if _is_frame(X):
-        names = np.asarray([str(c) for c in X.columns], dtype=object)
-        n_features = len(names)
+        n_features = len(X.columns)
         x_parts = X.to_delayed()
     else:
         if X.ndim != 2:
@@ -94,16 +107,13 @@ def row_parts(X, y=None):
         n_features = X.shape[1]
         X = X.rechunk({1: -1})
         x_parts = list(X.to_delayed()[:, 0])
-    if y is None:
-        return [(p, None) for p in x_parts], n_features, names
     y_parts = y.to_delayed() if _is_frame(y) else list(_column_chunks(y))
     if len(y_parts) != len(x_parts) or not _same_rows(X, y):
         raise ValueError(
             f"X and y must be partitioned alike (the same rows in each partition); X has "
             f"{len(x_parts)} partitions of {_sizes(X)} rows and y {len(y_parts)} partitions of "
             f"{_sizes(y)} rows: rechunk or repartition one like the other.")
-    pairs = [dask.delayed(_pair)(a, b) for a, b in zip(x_parts, y_parts)]
-    return pairs, n_features, names
+    return list(zip(x_parts, y_parts)), n_features
 
 
 def _column_chunks(y):
@@ -126,22 +136,37 @@ def _same_rows(X, y):
     dx, dy = getattr(X, "divisions", None), getattr(y, "divisions", None)
     if dx is not None and dy is not None and None not in dx and None not in dy:
         return tuple(dx) == tuple(dy)
-    return True  # unknown sizes: each part checks its own rows (_pair)
+    return True  # unknown sizes: each part checks its own rows (read_pair)
 
 
-def _pair(X, y):
-    X = X.to_numpy() if hasattr(X, "to_numpy") else np.asarray(X)
-    y = y.to_numpy() if hasattr(y, "to_numpy") else np.asarray(y)
+def read_pair(pair, check):
+    """A partition's (X part, y part) as ``check(X part, y part)`` returns them, once its
+    X and y are known to hold the same rows."""
+    X, y = pair
     if len(X) != len(y):
         raise ValueError(
             f"X and y must be partitioned alike: a partition of X has {len(X)} rows and the "
             f"matching partition of y {len(y)}; rechunk or repartition one like the other.")
-    return X, y
+    return check(X, y)
+
+
+def partition_task(function):
+    """Decorate the function of a per-partition task: it runs on one torch thread
+    (:func:`._laplace.threads.single_thread`), so that the piece it returns does not
+    depend on the worker, the scheduler or their thread settings."""
+
+    @functools.wraps(function)
+    def task(*args, **kwargs):
+        with single_thread():
+            return function(*args, **kwargs)
+
+    return task
 
 
 def tree_reduce(pieces, combine, split_every=SPLIT_EVERY):
-    """One delayed value: ``combine`` applied pairwise up a tree of the delayed ``pieces``
-    (``split_every`` children per node)."""
+    """One delayed value: ``combine`` applied up a tree of the delayed ``pieces``
+    (``split_every`` children per node, left to right in the pieces' order): the same
+    additions in the same order wherever and whenever each piece is computed."""
     import dask
 
     level = list(pieces)
@@ -232,6 +257,7 @@ def _probe(estimator):
     return pd.DataFrame(row, columns=names)
 
 
+@partition_task
 def _predict_part(X, model, *, name, args, kwargs, several, names):
     if names is not None and not hasattr(X, "columns"):
         import pandas as pd

@@ -20,10 +20,15 @@ import dataclasses
 import numpy as np
 import torch
 from sklearn.frozen import FrozenEstimator
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import column_or_1d
 
 from .._laplace import policy
-from ._dask import compute, row_parts, share, tree_reduce
+from ._dask import (check_collections, compute, empty_like, partition_task, read_pair,
+                    row_parts, share, tree_reduce)
 from ._dask_holdout import held_out_choice
+from ._labels import FIT_CHECKS as LABEL_CHECKS
+from ._regressor_noise import FIT_CHECKS as TARGET_CHECKS
 from ._fitting import online_choice, resolve_subset
 from .._laplace import likelihoods, nets
 from .._laplace import partial as parts
@@ -35,7 +40,7 @@ from .._laplace.hyperparameters import Hyperparameters, TargetScale, trained_sca
 from .._laplace.outside import RangeKernel, variance_of_rows
 from .._laplace.prior import tensor_sizes
 from ._training import output_width, prepare_net, settings_of
-from ._validation import check_seed
+from ._validation import check_seed, validate_numeric
 
 #: Parameters a fit of a frozen net on dask input may set (the others keep their defaults).
 FROZEN_PARAMETERS = frozenset({
@@ -71,13 +76,59 @@ def _refuse(name, value, why):
     raise ValueError(f"{name}={value!r} is not supported on dask input: {why}")
 
 
+@dataclasses.dataclass(frozen=True)
+class RowChecks:
+    """The in-memory fit's checks and conversions of X and y (``validate_numeric`` with
+    the estimator's ``FIT_CHECKS``, the class labels'), run on one partition where it is
+    read, on a new estimator of the fitted one's class (``estimator_class``)."""
+
+    estimator_class: type
+    classifier: bool
+    n_features: int
+
+    def __call__(self, X, y):
+        if len(X) == 0:  # scikit-learn's checks refuse no rows; the fit counts all partitions'
+            return np.empty((0, self.n_features)), np.asarray(y)
+        if self.classifier and y.ndim == 2:  # one column: the client warned once, as in memory
+            y = y.iloc[:, 0] if hasattr(y, "iloc") else y[:, 0]
+        X, y = validate_numeric(self.estimator_class(), X, y, **_fit_checks(self.classifier))
+        if self.classifier:  # the in-memory check of all labels, part by part
+            check_classification_targets(y)
+        return X, y
+
+
+def _fit_checks(classifier):
+    return LABEL_CHECKS if classifier else TARGET_CHECKS
+
+
 def read_parts(estimator, X, y):
     """(the partitions' (X, y) pairs, the first pass's sums, classifier or not); sets
-    ``n_features_in_`` and ``feature_names_in_``."""
-    pairs, n_features, names = row_parts(X, y)
+    ``n_features_in_`` and ``feature_names_in_`` as the in-memory fit does."""
+    import dask
+
+    check_collections(X, y)
     classifier = hasattr(estimator, "class_weight")
-    stats = first_pass(pairs, classifier)
+    if classifier and y.ndim == 2 and (len(y.columns) if hasattr(y, "columns")
+                                       else y.shape[1]) != 1:
+        raise ValueError("y on dask input must be 1-D class labels for LaplaceClassifier "
+                         "(a multilabel indicator matrix is fitted in memory only).")
+    # X's columns, dtypes and shape checked on the client first, with the in-memory
+    # messages; a copy takes the fitted attributes until the partitions pass theirs
+    probe = copy.copy(estimator)
+    validate_numeric(probe, empty_like(X), ensure_min_samples=0,
+                     dtype=_fit_checks(classifier)["dtype"])
+    if classifier:
+        column_or_1d(empty_like(y), warn=True)  # the in-memory warning of a column y
+    n_features = probe.n_features_in_
+    raw, _ = row_parts(X, y)
+    check = RowChecks(type(estimator), classifier, n_features)
+    stats = first_pass(raw, classifier, check)
+    if stats["rows"] == 0:
+        raise ValueError(f"Found array with 0 sample(s) (shape=(0, {n_features})) while a "
+                         f"minimum of 1 is required by {type(estimator).__name__}.")
+    pairs = [dask.delayed(read_pair)(p, check) for p in raw]
     estimator.n_features_in_ = n_features
+    names = probe.__dict__.get("feature_names_in_")
     if names is not None:
         estimator.feature_names_in_ = names
     else:
@@ -86,16 +137,17 @@ def read_parts(estimator, X, y):
 
 
 # ------------------------------------------------------------------ first pass
-def first_pass(pairs, classifier):
-    """Rows, the training range's sums, the labels or the targets' sums, two probe rows."""
+def first_pass(pairs, classifier, check=None):
+    """Rows, the training range's sums, the labels or the targets' sums, two probe rows;
+    with ``check``, of the partitions as they are (:func:`._dask.row_parts`), read by
+    :func:`._dask.read_pair`, raising the error of the first partition in their order
+    that fails its checks (the same error whichever partition a worker read first)."""
     import dask
 
-    pieces = [dask.delayed(_first_piece)(p, classifier) for p in pairs]
+    pieces = [dask.delayed(_first_piece)(p, classifier, check) for p in pairs]
     (stats,) = compute(tree_reduce(pieces, _add_first))
-    if stats["rows"] == 0:
-        raise ValueError("X has no rows.")
-    if not stats["finite"]:
-        raise ValueError("X contains NaN or infinity.")
+    if "error" in stats:
+        raise stats["error"]
     return stats
 
 
@@ -103,15 +155,16 @@ def _as_rows(X):
     return torch.as_tensor(np.asarray(X, dtype=np.float64).reshape(len(X), -1))
 
 
-def _first_piece(pair, classifier):
+@partition_task
+def _first_piece(pair, classifier, check=None):
+    if check is not None:
+        try:
+            pair = read_pair(pair, check)
+        except (TypeError, ValueError) as error:  # raised on the client, in partition order
+            return {"error": error}
     X, y = pair
-    Xt = _as_rows(X)
-    piece = {"rows": len(X), "finite": bool(torch.isfinite(Xt).all()),
-             "range": parts.range_sums(Xt), "head": (np.asarray(X)[:2], np.asarray(y)[:2])}
+    piece = {"rows": len(X), "range": parts.range_sums(_as_rows(X)), "head": (X[:2], y[:2])}
     if classifier:
-        if np.ndim(y) != 1:
-            raise ValueError("y on dask input must be 1-D class labels for LaplaceClassifier "
-                             "(a multilabel indicator matrix is fitted in memory only).")
         piece["labels"] = np.unique(y)
     else:
         y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
@@ -120,8 +173,9 @@ def _first_piece(pair, classifier):
 
 
 def _add_first(a, b):
-    out = {"rows": a["rows"] + b["rows"], "finite": a["finite"] and b["finite"],
-           "range": parts.add_range_sums(a["range"], b["range"]),
+    if "error" in a or "error" in b:
+        return a if "error" in a else b
+    out = {"rows": a["rows"] + b["rows"], "range": parts.add_range_sums(a["range"], b["range"]),
            "head": a["head"] if len(a["head"][0]) >= 2 else
            tuple(np.concatenate([u, v])[:2] for u, v in zip(a["head"], b["head"]))}
     if "labels" in a:
@@ -185,6 +239,7 @@ def _model_spread(stats, targets):
     return np.sqrt(var) / targets.std
 
 
+@partition_task
 def _part_sums(pair, shared, structure, range_stats):
     # a copy per task: the curvature passes hook the module, and a worker's threads
     # share the scattered object
@@ -349,6 +404,7 @@ def _scale(range_sums, ss):
 def _second_moments(pairs, mean):
     import dask
 
+    @partition_task
     def piece(pair):
         X = _as_rows(pair[0])
         return ((X - mean) ** 2).sum(0)

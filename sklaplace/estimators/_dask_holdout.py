@@ -24,7 +24,7 @@ import copy
 import numpy as np
 import torch
 
-from ._dask import compute, share, tree_reduce
+from ._dask import compute, partition_task, share, tree_reduce
 from .._laplace import holdout
 from .._laplace import tuning as tuners
 from .._laplace.hyperparameters import Hyperparameters
@@ -78,6 +78,7 @@ def _rows_on(pair, units, device):
     return Xt, units(y).to(device)
 
 
+@partition_task
 def _grid_piece(pair, shared, n_grid, sampled, n_samples, seed):
     evidence, subset, units, link = copy.deepcopy(shared)  # a worker's threads share it
     if len(pair[0]) == 0:
@@ -116,6 +117,7 @@ def held_out_choice(evidence, subset, held_pairs, units, link, sigma, *, sampled
             float(total["sum"][chosen] / total["n"]))
 
 
+@partition_task
 def _nll_piece(pair, shared):
     fitted, units, link = copy.deepcopy(shared)
     if len(pair[0]) == 0:

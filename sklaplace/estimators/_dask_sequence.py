@@ -35,13 +35,20 @@ from ._dask_train import TRAIN_PARAMETERS, train_on_parts
 from .._laplace import likelihoods
 from .._laplace.convergence import training_curve
 from .._laplace.policy import MIN_HELD_OUT_ROWS
+from .._laplace.threads import single_thread
 from ._training import settings_of
 from ._validation import check_params, check_seed
 
 
 def fit_dask(estimator, X, y):
     """Fit ``estimator`` on dask ``X`` and ``y`` (partitioned alike); the rows stay on
-    the workers."""
+    the workers. The client's steps run on one torch thread, as every partition's task
+    (:func:`._dask.partition_task`): the same numbers whatever the machine's load."""
+    with single_thread():
+        return _fit(estimator, X, y)
+
+
+def _fit(estimator, X, y):
     frozen = isinstance(estimator.net, FrozenEstimator)
     check_dask_parameters(estimator, FROZEN_PARAMETERS if frozen else TRAIN_PARAMETERS)
     check_params(estimator)

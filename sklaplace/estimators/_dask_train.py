@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from ._dask import compute, share, tree_reduce
+from ._dask import compute, partition_task, share, tree_reduce
 from ._dask_fit import _as_rows, reduce_sums
 from .._laplace import likelihoods, nets
 from .._laplace import partial as parts
@@ -183,6 +183,7 @@ def _training_rows(pair, units, criterion, dtype):
     return _as_rows(X).to(dtype), yt.to(dtype) if yt.is_floating_point() else yt
 
 
+@partition_task
 def _part_loss(part, static, theta):
     """Σ nll of one partition's rows and its gradient (flat), in row chunks."""
     module, criterion = copy.deepcopy(static)  # a worker's threads share it

@@ -7,12 +7,16 @@ from sklearn.utils.multiclass import check_classification_targets
 
 from ._validation import check_fit_weight, validate_numeric, without_zero_weights
 
+#: ``check_X_y``'s arguments of a single-label fit's X and y, in memory and on each
+#: partition of a dask collection.
+FIT_CHECKS = {"dtype": [np.float64, np.float32]}
+
 
 def encoded_targets(estimator, X, y, sample_weight, task):
     """(X, label indices, row weights, classes, likelihood name, outputs per row) of a
     single-label fit; ``task``: the first ``partial_fit`` call's (its classes). Rows of
     weight 0 are dropped; ``class_weight`` multiplies into ``sample_weight``."""
-    X, y = validate_numeric(estimator, X, y, dtype=[np.float64, np.float32])
+    X, y = validate_numeric(estimator, X, y, **FIT_CHECKS)
     sample_weight = check_fit_weight(sample_weight, X)
     check_classification_targets(y)
     encoder = LabelEncoder().fit(y if task is None else task.classes)

@@ -29,6 +29,9 @@ from ._validation import (check_fit_weight, check_positive, check_seed, positive
                           validate_numeric, without_zero_weights)
 
 HETERO = "heteroscedastic"
+#: ``check_X_y``'s arguments of a fit's X and y, in memory and on each partition of a dask
+#: collection.
+FIT_CHECKS = {"dtype": [np.float64, np.float32], "multi_output": True, "y_numeric": True}
 _CRITERION = "sklaplace.nets.HeteroscedasticGaussianNLLLoss"
 # μ = η₁e^(−g) of networks at sampled weights is heavy-tailed (exponential in the log
 # precision g's draws): median std 5e5 against the GLM predictive's 0.27 on sin(3x)
@@ -83,8 +86,7 @@ class RegressorNoise:
     # hooks of the shared fit sequence (_base.BaseLaplace)
     def _fit_rows(self, X, y, sample_weight=None, task=None):
         """``fit``'s body; ``task``: the first ``partial_fit`` call's."""
-        X, y = validate_numeric(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
-                                y_numeric=True)
+        X, y = validate_numeric(self, X, y, **FIT_CHECKS)
         try:
             y = np.asarray(y, dtype=np.float64)
         except (TypeError, ValueError) as error:
