@@ -1,11 +1,12 @@
 """Metrics and Displays take labels (as log_loss) and sample_weight: against
 scikit-learn's metrics where both exist, else against the same rows repeated."""
 
+import inspect
 import warnings
 
 import numpy as np
 import pytest
-from numpy.testing import assert_allclose
+from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.metrics import accuracy_score, brier_score_loss, log_loss
 
 from sklaplace.metrics import (
@@ -50,13 +51,21 @@ def test_labels_give_the_value_of_column_indices(metric):
                         rtol=1e-14)
 
 
-def test_nll_and_brier_match_sklearn_with_labels_and_weights():
+def test_nll_matches_sklearn_with_labels_and_weights():
     y = CLASSES[INDEX]
     for labels in (None, CLASSES):
         for weight in (None, WEIGHT):
             assert_allclose(
                 negative_log_likelihood(y, PROBA, labels=labels, sample_weight=weight),
                 log_loss(y, PROBA, labels=labels, sample_weight=weight), rtol=1e-13)
+
+
+@pytest.mark.skipif("scale_by_half" not in inspect.signature(brier_score_loss).parameters,
+                    reason="scikit-learn < 1.7's brier_score_loss is binary only")
+def test_brier_matches_sklearn_with_labels_and_weights():
+    y = CLASSES[INDEX]
+    for labels in (None, CLASSES):
+        for weight in (None, WEIGHT):
             assert_allclose(
                 multiclass_brier_score(y, PROBA, labels=labels, sample_weight=weight),
                 brier_score_loss(y, PROBA, labels=labels, sample_weight=weight,
@@ -115,6 +124,28 @@ def test_weighted_quantile_bins_hold_equal_weight():
     _, _, mass = reliability_curve(INDEX, PROBA, n_bins=2, strategy="quantile",
                                    sample_weight=weight)
     assert abs(mass[0] - mass[1]) <= weight.max()
+
+
+def test_weighted_quantile_hand_computed():
+    from sklaplace.metrics._classification import _weighted_quantile
+
+    # cumulative shares 0, 1/4, 1/2, 1: level q takes the first value whose share reaches q,
+    # and level 0 the first value of positive weight
+    edges = _weighted_quantile(np.array([0.4, 0.1, 0.3, 0.2]), np.linspace(0, 1, 5),
+                               np.array([2.0, 0.0, 1.0, 1.0]))
+    assert_array_equal(edges, [0.2, 0.2, 0.3, 0.4, 0.4])
+
+
+@pytest.mark.skipif("weights" not in inspect.signature(np.quantile).parameters,
+                    reason="NumPy < 2.0's quantile takes no weights")
+def test_weighted_quantile_is_numpys_inverted_cdf():
+    from sklaplace.metrics._classification import _weighted_quantile
+
+    values = PROBA.max(axis=1).round(2)  # ties
+    levels = np.linspace(0, 1, 11)
+    for weight in (WEIGHT, np.r_[0.0, WEIGHT[1:]], np.ones(N)):
+        assert_array_equal(_weighted_quantile(values, levels, weight),
+                           np.quantile(values, levels, weights=weight, method="inverted_cdf"))
 
 
 REGRESSION = [

@@ -274,6 +274,7 @@ def test_pipeline_routes_sample_weight():
     np.r_[np.nan, np.ones(N - 1)],
     np.r_[np.inf, np.ones(N - 1)],
     np.ones(N - 1),
+    np.ones((N, 1)),
     np.zeros(N),
 ])
 def test_bad_weights_raise(cls, bad):

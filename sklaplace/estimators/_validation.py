@@ -21,7 +21,7 @@ from skorch import NeuralNet
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from sklearn.utils.validation import validate_data
+from sklearn.utils.validation import check_array, check_non_negative, validate_data
 
 from .._laplace import nets
 from ._averaging import partial_fit_reasons, problems as averaging_problems
@@ -177,18 +177,19 @@ def validate_predict_X(estimator, X):
 
 
 def check_fit_weight(sample_weight, X):
-    """``sample_weight`` validated by scikit-learn (length, finite, non-negative) as
-    float64, with a positive sum; None stays None (the unweighted fit)."""
+    """``sample_weight`` (a scalar or one finite, non-negative weight per row) as float64 with
+    a positive sum; None stays None. Public checks: scikit-learn's private ones change."""
     if sample_weight is None:
         return None
-    from sklearn.utils.validation import _check_sample_weight
-
-    sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64,
-                                         ensure_non_negative=True,
-                                         allow_all_zero_weights=True)
+    if isinstance(sample_weight, numbers.Number):
+        sample_weight = np.full(X.shape[0], sample_weight, dtype=np.float64)
+    sample_weight = check_array(sample_weight, ensure_2d=False, dtype=np.float64,
+                                input_name="sample_weight")
+    if sample_weight.shape != (X.shape[0],):
+        raise ValueError(f"sample_weight has shape {sample_weight.shape}, not ({X.shape[0]},).")
+    check_non_negative(sample_weight, "`sample_weight`")
     if not sample_weight.sum() > 0:
-        raise ValueError(
-            "sample_weight must contain at least one non-zero weight (its sum must be positive).")
+        raise ValueError("sample_weight must hold a non-zero weight (its sum must be positive).")
     return sample_weight
 
 

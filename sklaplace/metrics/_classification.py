@@ -6,10 +6,21 @@ functions (their ``__module__``).
 """
 
 import numpy as np
-from sklearn.metrics import brier_score_loss, log_loss
+from sklearn.metrics import log_loss
 
 from .._checks import (_check_classification, _check_n, _check_sample_weight,
                        _check_strategy)
+
+
+def _weighted_quantile(values, levels, weight):
+    """``np.quantile(values, levels, weights=weight, method="inverted_cdf")`` (NumPy ≥ 2.0):
+    per level, the smallest value whose share of the total weight reaches it."""
+    order = np.argsort(values)
+    cdf = np.cumsum(weight[order], dtype=np.float64)
+    cdf /= cdf[-1]
+    cdf[cdf == 0] = -1  # leading zero weights: level 0 is the first value of positive weight
+    index = np.minimum(np.searchsorted(cdf, levels, side="left"), values.size - 1)
+    return values[order][index]
 
 
 def _binned_top_label(y_true, y_prob, n_bins, strategy, labels=None, sample_weight=None):
@@ -25,8 +36,8 @@ def _binned_top_label(y_true, y_prob, n_bins, strategy, labels=None, sample_weig
         edges = levels
     elif weight is None:
         edges = np.quantile(confidence, levels)
-    else:  # weighted quantiles (numpy has them for the inverted CDF only)
-        edges = np.quantile(confidence, levels, weights=weight, method="inverted_cdf")
+    else:
+        edges = _weighted_quantile(confidence, levels, weight)
     # Right-closed bins (e_{b-1}, e_b]; the first bin also holds its left edge. Comparing
     # against the edge array (not ceil(conf * n_bins)) keeps 0.3 in (0.2, 0.3].
     bin_ids = np.searchsorted(edges[1:-1], confidence, side="left")
@@ -184,8 +195,8 @@ def multiclass_brier_score(y_true, y_prob, *, labels=None, sample_weight=None):
     """Multi-class Brier score: mean over samples of ``sum_c (p_c - 1[y = c])**2``.
 
     This is Brier's (1950) original score, as in :func:`sklearn.metrics.brier_score_loss`
-    with ``scale_by_half=False`` (which it wraps). For a binary problem it is twice the
-    familiar binary Brier score ``mean((p_1 - y)**2)``, and it ranges in [0, 2].
+    with ``scale_by_half=False`` (scikit-learn 1.7 and later). For a binary problem it is
+    twice the familiar binary Brier score ``mean((p_1 - y)**2)``, and it ranges in [0, 2].
 
     Parameters
     ----------
@@ -208,9 +219,8 @@ def multiclass_brier_score(y_true, y_prob, *, labels=None, sample_weight=None):
         Lower is better.
     """
     y_true, y_prob, weight = _check_classification(y_true, y_prob, labels, sample_weight)
-    columns = np.arange(y_prob.shape[1])
-    return float(brier_score_loss(y_true, y_prob, labels=columns, scale_by_half=False,
-                                  sample_weight=weight))
+    one_hot = np.eye(y_prob.shape[1])[y_true]
+    return float(np.average(np.sum((one_hot - y_prob) ** 2, axis=1), weights=weight))
 
 
 def negative_log_likelihood(y_true, y_prob, *, labels=None, sample_weight=None):
