@@ -67,8 +67,7 @@ PARAMETER_CONSTRAINTS = {
     "temperature": _POSITIVE,
     "online_frequency": _at_least(1), "online_burn_in": _at_least(0),
     "online_steps": _at_least(1) + [None],
-    "online_lr": _POSITIVE,
-    "online_curvature": [StrOptions({"every", "doubling"})],
+    "online_lr": _POSITIVE, "online_curvature": [StrOptions({"every", "doubling"})],
     "device": "no_validation",  # a torch device that exists here: check_params
     "memory": [None, str, HasMethods(["cache"])],
     "random_state": ["random_state"],

@@ -26,10 +26,10 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     (Bernoulli likelihood), multi-class problems one logit per class, and a
     multilabel ``y`` (an indicator matrix, as ``MLPClassifier`` takes) one
     sigmoid per label: ``predict_proba`` (n, L) is then per label. There,
-    ``hidden_layer_sizes="auto"`` trains a candidate that does not improve
-    while its held-out δ is at or below ``prior_precision`` (its net overfits)
-    once more under 10 × ``prior_precision``, the last candidate fitted (a
-    row of ``model_selection_results_`` that repeats the sizes).
+    ``hidden_layer_sizes="auto"`` trains a candidate that does not improve while
+    its held-out δ is at or below ``prior_precision`` (its net overfits) once more
+    under 10 × ``prior_precision`` (a row of ``model_selection_results_`` that
+    repeats the sizes).
 
     Parameters
     ----------
@@ -37,11 +37,10 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         The network. ``None`` builds a tanh MLP sized from the data
         (``hidden_layer_sizes``, trained with Adam). A skorch net (criterion
         ``CrossEntropyLoss`` or ``BCEWithLogitsLoss``) is copied and trained to
-        the MAP inside ``fit`` (``self.net`` is never mutated); settings of its
-        criterion that change the likelihood (``criterion__weight``,
-        ``label_smoothing``) are refused: use ``class_weight`` or
-        ``sample_weight``. ``FrozenEstimator(trained_net)`` keeps its weights and
-        fits only the LA.
+        the MAP inside ``fit`` (``self.net`` is never mutated); criterion settings
+        that change the likelihood (``criterion__weight``, ``label_smoothing``)
+        are refused: use ``class_weight`` or ``sample_weight``.
+        ``FrozenEstimator(trained_net)`` keeps its weights and fits only the LA.
     hidden_layer_sizes : "auto", tuple of int or list of tuples, default="auto"
         Hidden widths of the default MLP (``net=None`` only). ``"auto"``:
         chosen among ``()`` (the linear model), ``(50,)`` and ``(50, 50)`` (a
@@ -151,11 +150,9 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         logits: (extended) probit, Laplace-bridge Dirichlet mean, or Monte Carlo.
         The probit ignores the correlations of the logits; where they are large
         (broad posteriors over many classes) ``"mc"`` with enough samples can
-        differ by several hundredths of a nat (UCI satellite, diagonal
-        ``refine="vi"``, 9 splits: test NLL 0.261 with the probit, 0.239 with
-        1,000 draws; on digits the probit was the better of the two). For two
-        classes the probit is the binary one of f1 − f0; the bridge's mean is the MAP probability (its two logits have
-        one variance, which cancels): its uncertainty is only in
+        differ by several hundredths of a nat. For two classes the probit is the
+        binary one of f1 − f0; the bridge's mean is the MAP probability (its two
+        logits have one variance, which cancels): its uncertainty is only in
         ``predict_dist``. Multilabel: per label (``"bridge"`` refused).
     n_samples : int, default=100
         Samples of the ``"mc"`` link and of ``pred_type="nn"``.
@@ -208,14 +205,10 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
     online_lr : float, default=0.1
         Online tuning: Adam learning rate of the K steps.
     online_curvature : {"every", "doubling"}, default="every"
-        Online tuning: which updates compute the Laplace approximation's curvature
-        anew. ``"every"``: each one (Immer et al. 2021, Alg. 1). ``"doubling"``:
-        those after epochs ``online_burn_in`` + F, + 2F, + 4F, … (F
-        ``online_frequency``); the updates between maximize the evidence at the
-        current weights and residuals over the last curvature, which costs a
-        forward pass instead of an LA. The curvature of a linear model does not
-        depend on its weights, so there both give the same fit. Fits on dask
-        input compute it at every update.
+        Online tuning: which updates compute the LA's curvature anew: each one
+        (Immer et al. 2021), or (faster; on dask input each one) those after epochs
+        ``online_burn_in`` + F, + 2F, + 4F, …, the others taking the evidence over
+        the last curvature at the current weights and residuals.
     device : str or torch.device, default="cpu"
         Where the default MLP (``net=None``) trains, as skorch's ``device``
         ("cpu", "cuda", "cuda:1"). A skorch net keeps its own ``device`` (set it
@@ -341,11 +334,10 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", gp_subset_size=None, link_approx="probit", n_samples=100,
                  extrapolation_variance="auto", temperature=1.0,
-                 refine=None,
-                 class_weight=None,
+                 refine=None, class_weight=None,
                  online_frequency=5, online_burn_in=0, online_steps=None, online_lr=0.1,
-                 online_curvature="every",
-                 device="cpu", memory=None, random_state=None, verbose=0):
+                 online_curvature="every", device="cpu", memory=None, random_state=None,
+                 verbose=0):
         self.net = net
         self.hidden_layer_sizes = hidden_layer_sizes
         self.max_epochs = max_epochs
@@ -401,12 +393,11 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
             replaced by Σ w_i), the curvature (each row's GGN or empirical-Fisher
             term times w_i, all structures), the evidence and the held-out NLL of
             ``"cv"`` (the weights are split with the rows). Integer weights equal
-            duplicating the rows, to rounding, where training is deterministic and
-            full batch and no rows are drawn (``solver="lbfgs"``, ``"evidence"`` or
-            no tuning, a tuple of ``hidden_layer_sizes``, no ``gp_subset_size``);
-            elsewhere only approximately: minibatches and held-out rows are drawn
-            by rows. ``None``: all rows weigh 1 (the unweighted fit).
-            Rows of weight 0 are dropped first.
+            duplicated rows where nothing draws rows (``solver="lbfgs"``,
+            ``"evidence"`` or no tuning, a tuple of ``hidden_layer_sizes``, no
+            ``gp_subset_size``), else approximately (minibatches and held-out rows
+            are drawn by rows). ``None``: all rows weigh 1. Rows of weight 0 are
+            dropped first.
 
         Returns
         -------

@@ -224,14 +224,10 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
     online_lr : float, default=0.1
         Online tuning: Adam learning rate of the K steps.
     online_curvature : {"every", "doubling"}, default="every"
-        Online tuning: which updates compute the Laplace approximation's curvature
-        anew. ``"every"``: each one (Immer et al. 2021, Alg. 1). ``"doubling"``:
-        those after epochs ``online_burn_in`` + F, + 2F, + 4F, … (F
-        ``online_frequency``); the updates between maximize the evidence at the
-        current weights and residuals over the last curvature, which costs a
-        forward pass instead of an LA. The curvature of a linear model does not
-        depend on its weights, so there both give the same fit. Fits on dask
-        input compute it at every update.
+        Online tuning: which updates compute the LA's curvature anew: each one
+        (Immer et al. 2021), or (faster; on dask input each one) those after epochs
+        ``online_burn_in`` + F, + 2F, + 4F, …, the others taking the evidence over
+        the last curvature at the current weights and residuals.
     device : str or torch.device, default="cpu"
         Where the default MLP (``net=None``) trains, as skorch's ``device``
         ("cpu", "cuda", "cuda:1"). A skorch net keeps its own ``device`` (set it
