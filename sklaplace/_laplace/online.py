@@ -181,7 +181,8 @@ class OnlineEvidence(Callback):
 
     def recomputes(self, epoch):
         """Whether the update after ``epoch`` computes the curvature anew (the schedule)."""
-        last = None if self.curvature_ is None else self.curvature_[0]
+        kept = getattr(self, "curvature_", None)  # None too before initialize()
+        last = None if kept is None else kept[0]
         if self.curvature_schedule == "every" or last is None or epoch is None:
             return True
         # the curvature moves fast early in training and slowly later
