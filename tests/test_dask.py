@@ -203,7 +203,9 @@ def test_partitions_are_converted_as_in_memory(client, three_classes):
 
 def _invalid(case, X, y):
     """(estimator, X, y) of a fit that the in-memory checks refuse."""
-    frame = pd.DataFrame(X, columns=list("abcd"))
+    # a copy: under pandas 2 without copy-on-write the frame is a view, and the NaN case
+    # would write into the shared fixture
+    frame = pd.DataFrame(X.copy(), columns=list("abcd"))
     if case == "category":
         frame["b"] = np.where(X[:, 1] > 0, "red", "blue").astype(object)
     elif case == "nan":
