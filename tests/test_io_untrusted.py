@@ -18,19 +18,10 @@ from torch import nn
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
 from sklaplace import io as skio
+from test_io import TinyNet  # the user module of the round-trip tests, saved by its name
 
 X, y = make_classification(48, 4, n_informative=3, n_redundant=0, n_classes=3, random_state=0)
 SMALL = dict(hidden_layer_sizes=(6,), max_epochs=8, random_state=0)
-
-
-class TinyNet(nn.Module):
-    def __init__(self, width=5):
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(4, width), nn.Tanh())
-        self.head = nn.Linear(width, 3)
-
-    def forward(self, X):
-        return self.head(self.body(X))
 
 
 def _fit(est):
