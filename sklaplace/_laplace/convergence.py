@@ -279,6 +279,12 @@ class Convergence(Callback):
             self.n_no_improvement_ = 0
         self.best_loss_ = min(self.best_loss_, loss)
         if self.n_no_improvement_ >= self.n_iter_no_change:
+            online = self.online(net)
+            if getattr(online, "frequency", None) == "converged":
+                n_rows = float(getattr(net.criterion_, "n_train", 1))
+                if online.at_convergence(net, self.tol * n_rows):
+                    self.n_no_improvement_ = 0  # the next epoch rebases (on_epoch_begin)
+                    return
             self.converged_ = True
             raise Converged
 

@@ -100,9 +100,13 @@ class OnlineEvidence(Callback):
         self.history_ = []
         self.best_epoch_ = None
         self.best_state_ = None
+        self._data = None
         return self
 
     def on_train_end(self, net, **kwargs):
+        last = self.history_[-1]["epoch"] if self.history_ else 0
+        if self.frequency == "converged" and last < len(net.history):
+            self._update_net(net, self._data)  # the weights training ended with
         if self.best_state_ is not None:
             state, delta, sigma = self.best_state_
             net.module_.load_state_dict(state)
@@ -115,15 +119,33 @@ class OnlineEvidence(Callback):
                                             dtype=torch.float64).cpu()
 
     def due(self, epoch):
-        """Whether an update follows ``epoch`` (counted from 1)."""
+        """Whether an update follows ``epoch`` (counted from 1) on the epoch schedule."""
+        if self.frequency == "converged":
+            return False  # the convergence rule asks for the updates (at_convergence)
         return not (epoch <= self.burn_in or (epoch - self.burn_in) % self.frequency)
 
     def on_epoch_end(self, net, dataset_train=None, **kwargs):
+        self._data = dataset_train
+        if self.due(len(net.history)):
+            self._update_net(net, dataset_train)
+
+    def at_convergence(self, net, min_gain):
+        """``frequency="converged"``: update where training has converged; whether it
+        goes on (the update's log evidence beat every earlier one's by over ``min_gain``)."""
+        before = max((h["log_evidence"] for h in self.history_), default=-np.inf)
+        if not self._update_net(net, self._data):
+            return False
+        if not self.history_[-1]["log_evidence"] > before + min_gain:
+            return False
+        if isinstance(net.optimizer_, torch.optim.LBFGS):
+            net.optimizer_.state.clear()  # its curvature pairs are of the old objective
+        return True
+
+    def _update_net(self, net, dataset_train):
+        """One update at the net's current weights; False for a diverged net."""
         epoch = len(net.history)
-        if not self.due(epoch):
-            return
         if not all(torch.isfinite(p).all() for p in net.module_.parameters()):
-            return  # a diverged net has no curvature; train_map reports the divergence
+            return False  # a diverged net has no curvature; train_map reports the divergence
         device = module_device(net.module_)  # the LA runs where the net is
         module = copy.deepcopy(net.module_).to(device, torch.float64).eval()
         X = torch.as_tensor(dataset_train.X).to(device, torch.float64)
@@ -139,6 +161,7 @@ class OnlineEvidence(Callback):
         delta, sigma, value = self.update(module, X, y, crit.prior_precision.cpu(),
                                           crit.sigma_noise.cpu(), weight=weight, epoch=epoch)
         self.record(net, epoch, AllWeights(module), delta, sigma, value)
+        return True
 
     def record(self, net, epoch, subset, delta, sigma, value):
         """Feed an update's (δ, σ) back into ``net``'s objective, keep the net's state

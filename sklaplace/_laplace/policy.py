@@ -75,6 +75,26 @@ def classifier_tuning(n_rows, validation_fraction, prior_structure, frozen, refi
     return "cv"
 
 
+#: Training rows up to which ``solver="auto"`` trains the default MLP by full-batch L-BFGS
+#: (an iteration costs a pass over the rows; Adam's epochs of minibatches above).
+LBFGS_MAX_ROWS = 2048
+
+
+def solver(solver, n_rows):
+    """``solver="auto"``: L-BFGS on up to :data:`LBFGS_MAX_ROWS` rows, Adam beyond."""
+    if solver != "auto":
+        return solver
+    return "lbfgs" if n_rows <= LBFGS_MAX_ROWS else "adam"
+
+
+def online_frequency(frequency, solver):
+    """``online_frequency="auto"``: the online updates where full-batch L-BFGS has
+    converged (its curvature pairs describe one objective), every 5 epochs of Adam."""
+    if frequency != "auto":
+        return frequency
+    return "converged" if solver == "lbfgs" else 5
+
+
 def regressor_tuning(frozen, sigma_size, max_epochs, online_burn_in, online_frequency,
                      subset_of_weights):
     """``hyperparameter_tuning="auto"`` of ``LaplaceRegressor``: ``"online"`` or ``"evidence"``.
@@ -85,7 +105,8 @@ def regressor_tuning(frozen, sigma_size, max_epochs, online_burn_in, online_freq
     """
     if frozen or sigma_size > 1:
         return "evidence"
-    updates = max_epochs >= online_burn_in + online_frequency
+    updates = (online_frequency == "converged"
+               or max_epochs >= online_burn_in + online_frequency)
     return "online" if updates and subset_of_weights in ("auto", "all") else "evidence"
 
 
