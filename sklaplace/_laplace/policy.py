@@ -80,11 +80,12 @@ def classifier_tuning(n_rows, validation_fraction, prior_structure, frozen, refi
 LBFGS_MAX_ROWS = 2048
 
 
-def solver(solver, n_rows):
-    """``solver="auto"``: L-BFGS on up to :data:`LBFGS_MAX_ROWS` rows, Adam beyond."""
+def solver(solver, n_rows, noise="homoscedastic"):
+    """``solver="auto"``: L-BFGS on up to :data:`LBFGS_MAX_ROWS` rows of one σ, else Adam
+    (the natural-parameter net's line search overflows on noise-free rows)."""
     if solver != "auto":
         return solver
-    return "lbfgs" if n_rows <= LBFGS_MAX_ROWS else "adam"
+    return "lbfgs" if n_rows <= LBFGS_MAX_ROWS and noise == "homoscedastic" else "adam"
 
 
 def online_frequency(frequency, solver):

@@ -113,7 +113,7 @@ class RegressorNoise:
             isinstance(self.net, FrozenEstimator), np.size(self.sigma_noise),
             self.max_epochs if self.net is None else self.net.max_epochs,
             self.online_burn_in, policy.online_frequency(
-                self.online_frequency, policy.solver(self.solver, n_rows)),
+                self.online_frequency, policy.solver(self.solver, n_rows, self.noise)),
             self.subset_of_weights)
 
     def _check_outputs(self, likelihood, n_outputs, n_out):

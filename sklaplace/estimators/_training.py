@@ -42,7 +42,7 @@ def settings_of(estimator, n_rows=None):
     s = types.SimpleNamespace(**estimator.get_params(deep=False), log=estimator._log,
                               name=type(estimator).__name__)
     if n_rows is not None:
-        s.solver = policy.solver(s.solver, n_rows)
+        s.solver = policy.solver(s.solver, n_rows, getattr(s, "noise", "homoscedastic"))
         s.online_frequency = policy.online_frequency(s.online_frequency, s.solver)
     return s
 

@@ -60,7 +60,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         epoch; ``lr`` and ``batch_size`` unused): deterministic, so integer
         row weights equal duplicated rows where no rows are drawn either
         (``sample_weight`` of ``fit``). ``"auto"``: L-BFGS on up to 2,048
-        rows, Adam on more.
+        rows with ``noise="homoscedastic"``, else Adam.
     prior_precision : float or array-like, default=1.0
         Precision δ of the prior N(0, δ⁻¹I): a float, one value per parameter
         tensor (weight and bias of each layer) or one per parameter. It is the

@@ -1,0 +1,99 @@
+"""``online_frequency="converged"``: the evidence updates where L-BFGS has converged.
+
+MacKay's alternation (train to the MAP at δ, σ; maximise the Laplace evidence there; go
+on while it rises) has as its fixed point a stationary point of the exact evidence: for a
+linear model the Laplace evidence at the MAP is exact, and its gradient in (δ, σ) at the
+MAP of (δ, σ) is the exact evidence's (the log joint's gradient in θ vanishes there).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize
+from sklearn.exceptions import ConvergenceWarning
+
+from sklaplace import LaplaceRegressor
+from sklaplace._laplace import policy
+
+
+@pytest.fixture
+def float64():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+def _data(n=80, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    return X, X @ np.array([1.5, -2.0, 0.5]) + 0.3 + 0.4 * rng.normal(size=n)
+
+
+def _log_evidence(X, y, log_delta, log_sigma):
+    """Bayesian linear regression, prior N(0, δ⁻¹I) on weights and bias (float64)."""
+    delta, sigma = np.exp(log_delta), np.exp(log_sigma)
+    Xb = np.hstack([X, np.ones((len(X), 1))])
+    K = sigma**2 * np.eye(len(X)) + Xb @ Xb.T / delta
+    _, logdet = np.linalg.slogdet(K)
+    return -0.5 * (y @ np.linalg.solve(K, y) + logdet + len(X) * np.log(2 * np.pi))
+
+
+def test_the_alternation_reaches_the_exact_evidence_maximum(float64):
+    X, y = _data()
+    best = minimize(lambda v: -_log_evidence(X, y, *v), [0.0, 0.0], method="Nelder-Mead",
+                    options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 4000})
+    delta, sigma = np.exp(best.x)
+    reg = LaplaceRegressor(hidden_layer_sizes=(), solver="lbfgs", online_frequency="converged",
+                           hyperparameter_tuning="online", normalize_y=False, tol=1e-10,
+                           max_epochs=500, random_state=0).fit(X, y)
+    history = reg.evidence_history_
+    assert len(history) >= 2  # it went on after the first update: the evidence rose
+    assert reg.n_iter_ < 500  # and stopped where an update no longer raised it
+    assert reg.prior_precision_ == pytest.approx(delta, rel=1e-4)
+    assert reg.sigma_noise_ == pytest.approx(sigma, rel=1e-5)
+    assert reg.log_evidence_ == pytest.approx(-best.fun, abs=1e-6)
+
+
+def test_training_goes_on_only_while_an_update_raises_the_evidence(float64):
+    X, y = _data()
+    reg = LaplaceRegressor(hidden_layer_sizes=(), solver="lbfgs", online_frequency="converged",
+                           hyperparameter_tuning="online", normalize_y=False,
+                           random_state=0).fit(X, y)
+    values = [h["log_evidence"] for h in reg.evidence_history_]
+    n_rows = len(X)
+    # every update that training went on after raised the best evidence by over tol·N
+    assert all(b > max(values[:i + 1]) + 1e-4 * n_rows for i, b in enumerate(values[1:-1]))
+    assert values[-1] <= max(values[:-1]) + 1e-4 * n_rows  # the last one did not
+    assert [h["epoch"] for h in reg.evidence_history_] == sorted(
+        h["epoch"] for h in reg.evidence_history_)
+
+
+def test_a_training_that_has_not_converged_is_tuned_once_at_its_end():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 3))
+    y = np.sin(2 * X[:, 0]) + X[:, 1] ** 2
+    with pytest.warns(ConvergenceWarning, match="without converging"):
+        reg = LaplaceRegressor(hidden_layer_sizes=(16,), solver="lbfgs", max_epochs=15,
+                               hyperparameter_tuning="online", random_state=0).fit(X, y)
+    assert [h["epoch"] for h in reg.evidence_history_] == [15]
+    assert reg.hyperparameter_tuning_ == "online"
+
+
+def test_auto_picks_lbfgs_and_updates_at_convergence_on_small_data():
+    assert policy.solver("auto", policy.LBFGS_MAX_ROWS) == "lbfgs"
+    assert policy.solver("auto", policy.LBFGS_MAX_ROWS + 1) == "adam"
+    assert policy.solver("auto", 100, "heteroscedastic") == "adam"
+    assert policy.solver("adam", 100) == "adam"
+    assert policy.online_frequency("auto", "lbfgs") == "converged"
+    assert policy.online_frequency("auto", "adam") == 5
+    assert policy.online_frequency(3, "lbfgs") == 3
+    X, y = _data(n=60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reg = LaplaceRegressor(hidden_layer_sizes=(8,), max_epochs=40, random_state=0).fit(X, y)
+    assert reg.hyperparameter_tuning_ == "online"
+    assert reg.net_.optimizer_.__class__.__name__ == "LBFGS"
+    assert reg.evidence_history_  # at least the update at the end of training
