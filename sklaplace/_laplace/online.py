@@ -66,7 +66,7 @@ class OnlineEvidence(Callback):
     history_ : list of dict
         One entry per update: epoch, log_evidence (model units), prior_precision
         (one value per parameter tensor) and sigma_noise.
-    prior_precision_, sigma_noise_ : torch.Tensor
+    prior_precision_, sigma_noise_ : ndarray
         The prior precision (one value, or one per net parameter) and σ (model units)
         that training ended with: those of the best update, or the initial ones.
     best_epoch_ : int or None
@@ -100,23 +100,25 @@ class OnlineEvidence(Callback):
         self.history_ = []
         self.best_epoch_ = None
         self.best_state_ = None
-        self._data = None
         return self
 
     def on_train_end(self, net, **kwargs):
         last = self.history_[-1]["epoch"] if self.history_ else 0
-        if self.frequency == "converged" and last < len(net.history):
-            self._update_net(net, self._data)  # the weights training ended with
+        data = self.__dict__.pop("_data", None)  # a dataset is no parameter of the callback
+        if self.frequency == "converged" and last < len(net.history) and data is not None:
+            self._update_net(net, data)  # the weights training ended with
         if self.best_state_ is not None:
             state, delta, sigma = self.best_state_
             net.module_.load_state_dict(state)
             net.criterion_.prior_precision, net.criterion_.sigma_noise = delta, sigma
         self.best_state_ = None
-        # what training ended with, reported as values (float64 on the CPU)
-        self.prior_precision_ = torch.as_tensor(net.criterion_.prior_precision,
-                                                dtype=torch.float64).cpu()
-        self.sigma_noise_ = torch.as_tensor(net.criterion_.sigma_noise,
-                                            dtype=torch.float64).cpu()
+        self.curvature_ = None  # a cache of training (tensors a pickle would carry along)
+        # what training ended with, as float64 arrays: a tensor here would be pickled with
+        # the net's device, which a machine without it cannot unpickle
+        self.prior_precision_ = np.asarray(torch.as_tensor(
+            net.criterion_.prior_precision, dtype=torch.float64).cpu())
+        self.sigma_noise_ = np.asarray(torch.as_tensor(
+            net.criterion_.sigma_noise, dtype=torch.float64).cpu())
 
     def due(self, epoch):
         """Whether an update follows ``epoch`` (counted from 1) on the epoch schedule."""
@@ -125,7 +127,7 @@ class OnlineEvidence(Callback):
         return not (epoch <= self.burn_in or (epoch - self.burn_in) % self.frequency)
 
     def on_epoch_end(self, net, dataset_train=None, **kwargs):
-        self._data = dataset_train
+        self._data = dataset_train  # for at_convergence and on_train_end; not kept after
         if self.due(len(net.history)):
             self._update_net(net, dataset_train)
 
@@ -133,7 +135,7 @@ class OnlineEvidence(Callback):
         """``frequency="converged"``: update where training has converged; whether it
         goes on (the update's log evidence beat every earlier one's by over ``min_gain``)."""
         before = max((h["log_evidence"] for h in self.history_), default=-np.inf)
-        if not self._update_net(net, self._data):
+        if not self._update_net(net, getattr(self, "_data", None)):
             return False
         if not self.history_[-1]["log_evidence"] > before + min_gain:
             return False

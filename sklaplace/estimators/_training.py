@@ -214,7 +214,7 @@ def online_result(s, callback, targets, n_rows):
          else targets.sigma_original(torch.as_tensor(h["sigma_noise"]))}
         for h in callback.history_
     ]
-    delta = callback.prior_precision_
+    delta = torch.as_tensor(callback.prior_precision_)
     best = [h for h in callback.history_ if h["epoch"] == callback.best_epoch_]
     if delta.dim() == 0:
         prior = float(delta)

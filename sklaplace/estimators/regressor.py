@@ -69,10 +69,10 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         Granularity of the prior precision that evidence tuning uses.
     hyperparameter_tuning : {"auto", "evidence", "online", "cv"} or None, default="auto"
         How δ and σ are chosen; the result is in ``hyperparameter_tuning_``.
-        ``"auto"``: ``"online"`` when it trains the net over all weights for at
-        least ``online_burn_in + online_frequency`` epochs with a scalar
-        ``sigma_noise``, else ``"evidence"`` (the choice and its scoreboard are
-        in the README).
+        ``"auto"``: ``"online"`` when it trains the net over all weights (for
+        ``online_burn_in + online_frequency`` epochs at least, an int F) with a
+        scalar ``sigma_noise``, else ``"evidence"`` (the choice and its
+        scoreboard: the user guide's defaults page).
         ``"evidence"``: maximise the Laplace log evidence after training,
         bounded to log10 δ ∈ [−4, 4] (warns at a bound). ``"online"``: Immer et
         al. (2021) Alg. 1 during training (all weights). ``None``: keep the
