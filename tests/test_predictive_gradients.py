@@ -158,3 +158,15 @@ def test_scikit_optimize_runs_with_its_defaults():
                    - gaussian_ei(x - e, model, min(result.func_vals)))[0] / (2 * h))
     assert grad.shape == (2,) and np.abs(grad).max() > 1e-4, (value, grad)
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-8)
+
+
+def test_gradients_refused_for_heteroscedastic_noise_and_dask():
+    X, y = _data()
+    het = LaplaceRegressor(hidden_layer_sizes=(8,), max_epochs=10, random_state=0,
+                           noise="heteroscedastic").fit(X, y)
+    with pytest.raises(ValueError, match="heteroscedastic"):
+        het.predict(ROWS, return_std=True, return_mean_grad=True, return_std_grad=True)
+    da = pytest.importorskip("dask.array")
+    reg = _fit()
+    with pytest.raises(ValueError, match="dask"):
+        reg.predict(da.from_array(ROWS, chunks=2), return_mean_grad=True)

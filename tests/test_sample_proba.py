@@ -90,3 +90,14 @@ def test_scikit_activeml_bald_calls_it():
         assert len(set(idx.tolist())) == 2 and all(np.isnan(y[i]) for i in idx)
         assert np.all(np.isnan(utilities[0, :20])) and np.all(utilities[0, 20:] >= -1e-12)
     assert skactiveml.__version__
+
+
+def test_multilabel_draws_one_sigmoid_per_label():
+    rng = np.random.RandomState(0)
+    X = rng.normal(size=(60, 2))
+    Y = np.column_stack([X[:, 0] > 0, X[:, 1] > 0, X.sum(1) > 1]).astype(int)
+    clf = LaplaceClassifier(hidden_layer_sizes=(8,), max_epochs=20, random_state=0).fit(X, Y)
+    draws = clf.sample_proba(ROWS, n_samples=7, random_state=2)
+    assert draws.shape == (7, 4, 3)
+    logits = clf.sample_functions(ROWS, 7, 2)
+    np.testing.assert_allclose(draws, 1 / (1 + np.exp(-logits)), rtol=1e-12)
