@@ -112,6 +112,9 @@ API_SECTIONS = [
      "A detector in scikit-learn's outlier API over a fitted estimator."),
     ("sklaplace.plotting", "Displays",
      "matplotlib Displays with ``from_estimator`` and ``from_predictions``."),
+    ("sklaplace.acquisition", "Acquisition functions",
+     "What to label or evaluate next: active learning (entropy, BALD) and Bayesian "
+     "optimisation (expected improvement, confidence bound, Thompson sampling)."),
     ("sklaplace.posterior", "Weight posterior", ""),
     ("sklaplace.nets", "Networks", "The default network of the estimators, a torch module."),
     ("sklaplace.io", "Saving and loading",

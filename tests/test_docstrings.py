@@ -25,7 +25,7 @@ from sklaplace import LaplaceClassifier, LaplaceRegressor
 PUBLIC_MODULES = ["sklaplace", "sklaplace.estimators.classifier", "sklaplace.estimators.regressor",
                   "sklaplace.distributions", "sklaplace.metrics", "sklaplace.ood",
                   "sklaplace.plotting", "sklaplace.posterior",
-                  "sklaplace.io"]  # sklaplace.nets: a torch Module
+                  "sklaplace.io", "sklaplace.acquisition"]  # sklaplace.nets: a torch Module
 
 #: Codes not checked, and why.
 UNCHECKED_CODES = {

@@ -10,7 +10,7 @@ import sklaplace
 
 PUBLIC_MODULES = ["sklaplace", "sklaplace.metrics", "sklaplace.ood", "sklaplace.plotting",
                   "sklaplace.distributions", "sklaplace.posterior", "sklaplace.nets",
-                  "sklaplace.io"]
+                  "sklaplace.io", "sklaplace.acquisition"]
 
 
 def test_top_level_names():

@@ -275,6 +275,44 @@ class ClassifierPredictive:
         """
         return self._function_samples(X, n_samples, random_state).cpu().numpy()
 
+    @refuse_dask
+    @thread_policy
+    @torch_entry_point
+    def sample_proba(self, X, n_samples=100, random_state=None):
+        """Draw class probabilities from the posterior predictive.
+
+        Each draw is one function from the posterior (:meth:`sample_functions`: the
+        GLM f(x, θ*) + J(x)(θ − θ*), or the net at θ with ``pred_type="nn"``) through
+        the softmax (sigmoid for one Bernoulli logit or per label), the same function
+        on every row: draws are joint over the rows, as a committee of networks
+        would give, which batch strategies such as BatchBALD need. Their mean is the
+        Monte Carlo predictive (``link_approx="mc"``), not the probit's
+        approximation of it. This is the method scikit-activeml's BALD strategies
+        call (``sample_predictions_method_name="sample_proba"``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features)
+            Input samples.
+        n_samples : int, default=100
+            Number of draws.
+        random_state : int, RandomState instance or None, default=None
+            Seed of the draws, as in scikit-learn.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_rows, n_classes)
+            The class probabilities of each draw, columns in ``classes_`` order
+            (multilabel: each label's probability, (n_samples, n_rows, n_labels)).
+        """
+        logits = self._function_samples(X, n_samples, random_state)
+        if self._multilabel:
+            return torch.sigmoid(logits).cpu().numpy()
+        if self.laplace_.likelihood.single_logit:
+            p1 = torch.sigmoid(logits[..., 0])
+            return torch.stack([torch.sigmoid(-logits[..., 0]), p1], dim=-1).cpu().numpy()
+        return torch.softmax(logits, dim=-1).cpu().numpy()
+
     @thread_policy
     @torch_entry_point
     def log_evidence(self, prior_precision=None):

@@ -219,6 +219,9 @@ def lazy_predict(estimator, name, X, args=(), kwargs=None):
     if kwargs.get("return_cov"):
         raise ValueError("return_cov=True couples all rows (an n × n covariance) and does not "
                          "take dask input; use return_std=True.")
+    if kwargs.get("return_mean_grad") or kwargs.get("return_std_grad"):
+        raise ValueError("return_mean_grad / return_std_grad do not take dask input; "
+                         "compute the rows first (acquisition optimizers ask for one).")
     method = getattr(estimator, name)
     outs = method(_probe(estimator), *args, **kwargs)
     several = isinstance(outs, tuple)

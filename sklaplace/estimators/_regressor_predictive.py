@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _averaging as averaging
 from ..distributions._joint import joint_moments, per_output_cov, sample_joint
 from ._dask import lazy_on_dask, refuse_dask
+from .._laplace.gradients import moment_gradients
 from .._laplace.workflow import torch_entry_point
 from ._threads import thread_policy
 from ._validation import check_positive, positive_array
@@ -117,12 +118,20 @@ class RegressorPredictive:
     @lazy_on_dask
     @thread_policy
     @torch_entry_point
-    def predict(self, X, return_std=False, return_cov=False):
+    def predict(self, X, return_std=False, return_cov=False, return_mean_grad=False,
+                return_std_grad=False):
         """Predictive mean, and the predictive std or joint covariance (σ included).
 
         As in ``GaussianProcessRegressor``: at most one of ``return_std`` and
         ``return_cov``; both include the noise σ², so the diagonal of the covariance is
-        the squared std.
+        the squared std. The gradients with respect to the rows of ``X`` follow
+        scikit-optimize's ``GaussianProcessRegressor`` (what its acquisition
+        functions and L-BFGS acquisition optimizer call): they are those of the
+        GLM predictive's mean and of the same std as ``return_std`` returns (σ
+        included; its gradient is that of the epistemic part), by automatic
+        differentiation, the variance outside the training range included. They
+        are taken with respect to the input the estimator receives: in a
+        Pipeline, the output of the steps before it.
 
         Parameters
         ----------
@@ -135,6 +144,13 @@ class RegressorPredictive:
             (J Σ Jᵀ + σ² I of the GLM predictive; with ``pred_type="nn"`` the sample
             covariance of the network at the weight draws, plus σ²). It holds
             n_samples² values per output: for many rows use ``return_std``.
+        return_mean_grad : bool, default=False
+            Whether to return the gradient of the predictive mean with respect to
+            each row of ``X`` too (``pred_type="glm"`` only).
+        return_std_grad : bool, default=False
+            Whether to return the gradient of the predictive std with respect to
+            each row of ``X`` too; needs ``return_std=True`` and
+            ``return_mean_grad=True``, as in scikit-optimize.
 
         Returns
         -------
@@ -146,15 +162,28 @@ class RegressorPredictive:
             Only with ``return_cov=True``, in the units of y²: for multi-output y one
             covariance over the rows per output (``GaussianProcessRegressor``'s layout;
             the covariances between outputs are not returned, :meth:`sample_y` keeps them).
+        mean_grad : ndarray of shape (n_samples, n_features) or (n_samples, n_targets, n_features)
+            Only with ``return_mean_grad=True``: ∂mean/∂x of each row, in the units
+            of y per unit of x. For a single row the row axis is dropped,
+            (n_features,) or (n_targets, n_features), as scikit-optimize expects.
+        std_grad : ndarray of the shape of ``mean_grad``
+            Only with ``return_std_grad=True``: ∂std/∂x of each row.
 
         Raises
         ------
         ValueError
-            If both ``return_std`` and ``return_cov`` are True.
+            If both ``return_std`` and ``return_cov`` are True, if ``return_std_grad``
+            is requested without ``return_std`` and ``return_mean_grad``, or if
+            gradients are requested of a predictive that has none here
+            (``pred_type`` other than ``"glm"``, ``noise="heteroscedastic"``,
+            ``model_averaging=True``, ``return_cov=True``).
         """
         check_is_fitted(self)
         if return_std and return_cov:
             raise ValueError("At most one of return_std or return_cov can be requested.")
+        if return_mean_grad or return_std_grad:
+            return self._predict_with_gradients(X, return_std, return_cov, return_mean_grad,
+                                                return_std_grad)
         if return_cov:
             mean, cov = self._joint_moments()(self, X)
             mean = mean[:, 0] if self.laplace_.targets.ndim == 1 else mean
@@ -164,6 +193,42 @@ class RegressorPredictive:
             return (dist.mean, dist.std) if return_std else dist.mean
         mean, var, noise = self._output_moments(X)
         return (mean, np.sqrt(var + noise)) if return_std else mean
+
+    def _predict_with_gradients(self, X, return_std, return_cov, return_mean_grad,
+                                return_std_grad):
+        """``predict`` with ``return_mean_grad`` (and ``return_std_grad``)."""
+        if return_std_grad and not (return_std and return_mean_grad):
+            raise ValueError("return_std_grad=True needs return_std=True (the std whose "
+                             "gradient it is) and return_mean_grad=True, as in "
+                             "scikit-optimize.")
+        if return_cov:
+            raise ValueError("return_mean_grad and return_std_grad are per row; they do not "
+                             "combine with return_cov=True.")
+        averaging.refuse(self, "return_mean_grad / return_std_grad")
+        fitted = self.laplace_
+        if fitted.likelihood.name == "heteroscedastic" or self.pred_type != "glm":
+            raise ValueError(
+                "return_mean_grad / return_std_grad: gradients of the predictive are "
+                "available for pred_type='glm' with noise='homoscedastic'; this estimator "
+                f"has pred_type={self.pred_type!r}, noise={getattr(self, 'noise', None)!r}.")
+        Xt = self._X_tensor(X)
+        _, _, mean_grad, var_grad = moment_gradients(fitted.subset, fitted.posterior,
+                                                     fitted.outside, Xt)
+        # the moments as predict returns them (the same numbers, whatever path they take)
+        mean, var, noise = (a.reshape(len(a), -1) for a in self._output_moments(X))
+        scale = np.asarray(fitted.targets.std, dtype=float)  # y = mean_y + s·f per output
+        extra = (1,) * (mean_grad.dim() - 2)
+        mean_grad = mean_grad.cpu().numpy() * scale.reshape(1, -1, *extra)
+        std = np.sqrt(var + noise)
+        # ∂√(s² v + s² σ²)/∂x = s² ∂v/∂x / (2 std)
+        std_grad = var_grad.cpu().numpy() * (scale**2).reshape(1, -1, *extra) / (
+            2 * std.reshape(*std.shape, *extra))
+        if fitted.targets.ndim == 1:
+            mean, std, mean_grad, std_grad = mean[:, 0], std[:, 0], mean_grad[:, 0], std_grad[:, 0]
+        if len(mean) == 1:  # one row: its gradient alone, as scikit-optimize's GP returns
+            mean_grad, std_grad = mean_grad[0], std_grad[0]
+        out = (mean,) + ((std,) if return_std else ()) + (mean_grad,)
+        return out + ((std_grad,) if return_std_grad else ())
 
     @refuse_dask
     @thread_policy
