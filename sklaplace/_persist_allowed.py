@@ -17,8 +17,8 @@ written), nor ``torch.compile`` (``compile=True``), which writes and runs compil
 import functools
 import inspect
 
-from ._aliases import MOVED
 from ._persist import FUNCTIONS, TYPES, Refused
+from ._persist_schema import classes
 
 #: The attributes of a skorch net that a file holds besides its parameters.
 NET_ATTRIBUTES = ("sklaplace_target_scaling_", "classes_inferred_")
@@ -47,13 +47,9 @@ def _estimators():
 
 
 def class_name(cls):
-    """The name a file gives a class: ``module:qualname``."""
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _canonical(name):
-    module, _, qualname = str(name).partition(":")
-    return f"{MOVED.get(module, module)}:{qualname}"  # a file written before a module moved
+    """The name a file gives a class: sklaplace's by the schema, others ``module:qualname``."""
+    names = {c: name for name, c in classes().items()}
+    return names.get(cls, f"{cls.__module__}:{cls.__qualname__}")
 
 
 def _init_params(*classes):
@@ -205,9 +201,9 @@ class _Checker:
             return
         if frozen and "$frozen" in value:
             return self.net(value["$frozen"], f"{where}.$frozen")
-        name = _canonical(value.get("$net"))
+        name = str(value.get("$net"))
         if "$net" not in value or name not in self.t["nets"]:
-            raise _refuse(where, f"{_canonical(value.get('$net'))!r} is not a net class "
+            raise _refuse(where, f"{name!r} is not a net class "
                                  "sklaplace.io rebuilds (skorch's NeuralNet, "
                                  "NeuralNetClassifier, NeuralNetBinaryClassifier and "
                                  "NeuralNetRegressor)"[:300])
@@ -261,7 +257,7 @@ class _Checker:
             return
         if not (isinstance(value, dict) and set(value) == {"$class"}):
             raise _refuse(where, f"expected a class for {role}")
-        if _canonical(value["$class"]) not in allowed:
+        if str(value["$class"]) not in allowed:
             raise _refuse(where, f"the class {value['$class']!r} is not one sklaplace.io "
                                  f"rebuilds as {role}; a class of your own loads from "
                                  "load(..., modules=)"[:300])
@@ -285,7 +281,7 @@ class _Checker:
 
     def callback(self, value, where):
         tag = next(iter(value), None) if isinstance(value, dict) else None
-        name = _canonical(value[tag]) if tag in ("$instance", "$class") else None
+        name = str(value[tag]) if tag in ("$instance", "$class") else None
         if name not in self.t["callbacks"]:
             shown = name or _WHAT.get(tag, repr(value)[:80])
             raise _refuse(where, f"{shown} is not a callback sklaplace.io restores: only "
@@ -314,9 +310,9 @@ class _Checker:
         by_class = {class_name(c): c for c in policies.values()}
         if isinstance(policy, str) and policy in policies:
             cls = policies[policy]
-        elif isinstance(policy, dict) and set(policy) == {"$class"} and _canonical(
+        elif isinstance(policy, dict) and set(policy) == {"$class"} and str(
                 policy["$class"]) in by_class:
-            cls = by_class[_canonical(policy["$class"])]
+            cls = by_class[str(policy["$class"])]
         else:
             raise _refuse(f"{where}.params.policy", f"{policy!r} is not a learning-rate "
                           "schedule sklaplace.io restores"[:200])

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._aliases import MOVED
 from ._persist import Reader, Refused, Writer
 from ._persist_allowed import NET_ATTRIBUTES, _estimators, class_name
+from ._persist_schema import classes
 
 _ALLOWED = ("torch.nn", "torch.optim", "torch.utils.data", "skorch", "sklaplace")
 
@@ -28,10 +28,12 @@ def _allowed(module):
 
 
 def _resolve_class(name):
-    """The class of a ``module:qualname`` name in the allowlisted packages, else None."""
+    """The class of a name of the schema (sklaplace's classes) or of a ``module:qualname``
+    name in the allowlisted packages, else None."""
+    if name in classes():
+        return classes()[name]
     module, _, qualname = name.partition(":")
-    module = MOVED.get(module, module)  # a file written before a module moved
-    if not _allowed(module) or "<" in qualname:
+    if not _allowed(module) or module.split(".")[0] == "sklaplace" or "<" in qualname:
         return None
     try:
         obj = importlib.import_module(module)
