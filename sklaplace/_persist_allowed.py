@@ -18,10 +18,8 @@ import functools
 import inspect
 
 from ._persist import FUNCTIONS, TYPES, Refused
-from ._persist_schema import classes
+from ._persist_schema import NET_FIELDS, classes
 
-#: The attributes of a skorch net that a file holds besides its parameters.
-NET_ATTRIBUTES = ("sklaplace_target_scaling_", "classes_inferred_")
 
 _DATA = frozenset({"$ndarray", "$scalar", "$tensor", "$tuple", "$dict", "$slice", "$device",
                    "$dtype", "$strings"})
@@ -242,7 +240,7 @@ class _Checker:
             if key.startswith("callbacks__"):
                 self.callback_param(key, v, f"{where}.params.{key}", named)
         for key, v in self.dict(value.get("attributes", {}), f"{where}.attributes").items():
-            if key not in NET_ATTRIBUTES:
+            if key not in NET_FIELDS:
                 raise _refuse(f"{where}.attributes.{key}", "not an attribute of a skorch net "
                                                            "that sklaplace.io restores")
             self.value(v, f"{where}.attributes.{key}", _STATE)

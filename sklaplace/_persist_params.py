@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from ._persist import Reader, Refused, Writer
-from ._persist_allowed import NET_ATTRIBUTES, _estimators, class_name
-from ._persist_schema import classes
+from ._persist_allowed import _estimators, class_name
+from ._persist_schema import NET_FIELDS, classes
 
 _ALLOWED = ("torch.nn", "torch.optim", "torch.utils.data", "skorch", "sklaplace")
 
@@ -111,8 +111,8 @@ class _ParamWriter(Writer):
         if getattr(net, "initialized_", False):
             out["module"] = self._root(net.module_, {"source": "net"})
             out["history"] = self(list(net.history))
-            out["attributes"] = {k: self(getattr(net, k)) for k in NET_ATTRIBUTES
-                                 if hasattr(net, k)}
+            out["attributes"] = {field: self(getattr(net, attr))
+                                 for field, attr in NET_FIELDS.items() if hasattr(net, attr)}
         return out
 
     def _estimator(self, estimator):
@@ -223,8 +223,8 @@ class _ParamReader(Reader):
             self._load_module(net.module_, entry)
             self._built[value["module"]] = net.module_
             net.history = History(self(value["history"]))
-            for key, item in value["attributes"].items():
-                setattr(net, key, self(item))
+            for field, item in value["attributes"].items():  # (checked: NET_FIELDS only)
+                setattr(net, NET_FIELDS[field], self(item))
         return net
 
     def _check_module(self, net, entry, spec):

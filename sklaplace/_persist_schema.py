@@ -7,7 +7,8 @@ type's class, and each field to the attribute that holds it in memory. Renaming 
 an attribute, a function or a module of sklaplace changes this table's code side only;
 the files stay the same. The classes of sklaplace that a file names as a parameter (the
 default MLP, its losses and optimizers…) have names of their own in :func:`classes`,
-and the one function a file may call, in :data:`FUNCTIONS`.
+the one function a file may call in :data:`FUNCTIONS`, and what a trained skorch net
+holds besides its parameters in :data:`NET_FIELDS`.
 
 Format version 1 named types, fields, classes and the function by the code's names of
 the time: :func:`from_version_1` translates such a document into version 2 by the frozen
@@ -23,7 +24,7 @@ from ._laplace import likelihoods
 from ._laplace.continual import TaskEvidence
 from ._laplace.evidence import Evidence
 from ._laplace.fitted import FittedLaplace
-from ._laplace.hyperparameters import Hyperparameters, TargetScale
+from ._laplace.hyperparameters import TARGET_SCALING, Hyperparameters, TargetScale
 from ._laplace.outside import RangeKernel
 from ._laplace.posterior import DiagPosterior, EigenPosterior, KronPosterior
 from ._laplace.refine import RefinedSubset
@@ -153,6 +154,11 @@ TYPES = {
 FUNCTIONS = {"laplace/posterior_at_output_scale": _build_posterior}
 
 
+#: What a file holds of a trained skorch net besides its parameters: {field: attribute}
+#: (the standardization its outputs are in, under ``normalize_y``; skorch's own flag).
+NET_FIELDS = {"target_scaling": TARGET_SCALING, "classes_inferred": "classes_inferred_"}
+
+
 @functools.cache
 def classes():
     """sklaplace's classes that a file names as a parameter, by the name it gives them."""
@@ -209,6 +215,8 @@ _V1_FUNCTIONS = {  # (the second: its path before the estimators' package)
     "sklaplace.estimators._fitting._build_posterior": "laplace/posterior_at_output_scale",
     "sklaplace._fitting._build_posterior": "laplace/posterior_at_output_scale",
 }
+_V1_NET_FIELDS = {"sklaplace_target_scaling_": "target_scaling",
+                  "classes_inferred_": "classes_inferred"}
 _V1_CLASSES = {f"sklaplace._laplace.{path}": f"sklaplace:{path.partition(':')[2]}" for path in (
     "nets:MLP", "nets:RowSlices", "nets:MAPLoss", "nets:HeteroscedasticGaussianNLLLoss",
     "optim:Adam", "optim:LBFGS", "online:OnlineEvidence")}
@@ -238,5 +246,8 @@ def from_version_1(doc):
             value[tag] = _V1_FUNCTIONS.get(name, name)
         elif tag in ("$class", "$instance") and isinstance(name, str):
             value[tag] = _V1_CLASSES.get(name, name)
+        elif tag == "$net" and isinstance(value.get("attributes"), dict):
+            value["attributes"] = {_V1_NET_FIELDS.get(k, k): v
+                                   for k, v in value["attributes"].items()}
         stack.extend(value.values())
     return doc

@@ -89,6 +89,10 @@ def test_version_1_files_load_and_predict_as_when_written(name, tmp_path):
     for key, value in _outputs(est, _rows(name)).items():
         np.testing.assert_array_equal(_outputs(loaded, _rows(name))[key], value)
     assert loaded.log_evidence_ == est.log_evidence_
+    for attribute in ("sklaplace_target_scaling_", "classes_inferred_"):
+        if f'"{attribute}"'.encode() in zipfile.ZipFile(path).read("sklaplace.json"):
+            expected = getattr(est.net_, attribute)
+            assert np.array_equal(getattr(loaded.net_, attribute), expected)
 
 
 def test_the_version_1_files_hold_the_code_names_they_are_translated_from():
@@ -102,8 +106,9 @@ def test_the_version_1_files_hold_the_code_names_they_are_translated_from():
                                     '"EigenPosterior"', '"KronPosterior"', '"DiagPosterior"',
                                     '"TaskEvidence"', '"RefinedSubset"', '"Subnetwork"',
                                     '"LastLayer"', '"RangeKernel"',
-                                    '"sklaplace._laplace.nets:MLP"') if word in text}
-    assert len(found) == 17
+                                    '"sklaplace._laplace.nets:MLP"',
+                                    '"sklaplace_target_scaling_"') if word in text}
+    assert len(found) == 18
 
 
 # ---------------------------------------------------------------- version 2
@@ -138,7 +143,8 @@ def test_version_2_names_every_type_field_function_and_class_by_the_schema(tmp_p
         functions |= {p["$partial"] for p in _tagged(doc, "$partial")}
         named = {c["$class"] for c in _tagged(doc, "$class")}
         assert {n for n in named if n.startswith("sklaplace")} <= set(classes())
-        assert "sklaplace._" not in json.dumps(doc)  # no module path of the package
+        text = json.dumps(doc)  # no module path or attribute name of the package:
+        assert "sklaplace._" not in text and "sklaplace_" not in text
         _assert_round_trip(est, _load(path))
     likelihoods = {name for name in TYPES if name.startswith("likelihood/")}
     assert set(TYPES) - likelihoods <= types
