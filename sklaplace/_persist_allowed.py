@@ -20,7 +20,6 @@ import inspect
 from ._persist import FUNCTIONS, TYPES, Refused
 from ._persist_schema import NET_FIELDS, classes
 
-
 _DATA = frozenset({"$ndarray", "$scalar", "$tensor", "$tuple", "$dict", "$slice", "$device",
                    "$dtype", "$strings"})
 _STATE = _DATA | {"$object", "$ref", "$module", "$partial"}
