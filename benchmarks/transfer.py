@@ -35,8 +35,9 @@ import numpy as np
 import torch
 from sklearn.metrics import log_loss
 
-from sklaplace import LaplaceClassifier, _crossfit, _selection
+from sklaplace import LaplaceClassifier
 from sklaplace._laplace import tuning
+from sklaplace.estimators import _crossfit, _selection
 from sklaplace._laplace.holdout import LOG10_PRIOR_GRID
 from .defaults import CLASSIFICATION, load_dataset, make_pipeline, name_seed, split_indices
 from .defaults import subsample

@@ -5,9 +5,6 @@ from .estimators import LaplaceClassifier, LaplaceRegressor
 from .posterior import WeightPosterior
 from ._pipeline import predict_dist
 from ._estimator_checks import expected_failed_checks
-from ._aliases import install as _install_aliases
-
-_install_aliases()  # pickles that name the modules' earlier paths keep loading
 
 __version__ = "0.1.0"
 

@@ -6,13 +6,14 @@ the types below are written or read:
 
 - JSON scalars and lists; tuples, dicts, slices, devices and dtypes as tagged objects;
 - arrays of numeric or boolean dtype (tensors keep their device, mapped on reading);
-- the classes of the fitted Laplace approximation in :data:`TYPES`, each with the
-  attributes it declares (its *state*); an attribute it does not declare refuses the
-  save, so that no state is dropped in silence. Caches (``caches``) are not written:
+- the classes of the fitted Laplace approximation in the schema's :data:`TYPES`
+  (:mod:`sklaplace._persist_schema`), each by the name of its type and its fields in the
+  file, never the code's (its *state*); an attribute the schema does not declare refuses
+  the save, so that no state is dropped in silence. Caches (``caches``) are not written:
   the class computes them again when it needs them;
 - networks (``nn.Module``) by reference to the modules of the file (:mod:`sklaplace.io`
   writes their weights and rebuilds them from their specification, never from the file);
-- ``functools.partial`` of the functions in :data:`FUNCTIONS`.
+- ``functools.partial`` of the functions in the schema's :data:`FUNCTIONS`.
 
 Anything else is refused naming it: with a ``TypeError`` when writing, with
 :class:`Refused` when reading: nothing is unpickled, no class or function is looked up
@@ -21,7 +22,6 @@ once and read back as one object (a posterior shared by the fit and its evidence
 Reading allocates at most :data:`BUDGET` times the bytes of the file's arrays.
 """
 
-import dataclasses
 import functools
 import json
 import math
@@ -30,114 +30,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from .estimators._fitting import _build_posterior
-from ._laplace import likelihoods
-from ._laplace.continual import TaskEvidence
-from ._laplace.evidence import Evidence
-from ._laplace.fitted import FittedLaplace
-from ._laplace.hyperparameters import Hyperparameters, TargetScale
-from ._laplace.outside import RangeKernel
-from ._laplace.posterior import DiagPosterior, EigenPosterior, KronPosterior
-from ._laplace.refine import RefinedSubset
-from ._laplace.subsets import AllWeights, LastLayer, Subnetwork, feature_body
+from ._persist_schema import FUNCTIONS, TYPES, Refused
+
+__all__ = ["BUDGET", "FUNCTIONS", "Reader", "Refused", "TYPES", "Writer"]
 
 #: How many times the bytes of its arrays reading a file may allocate: the copies a
 #: saved estimator's document asks for (an array read twice, the nets built) come to
 #: 1.0–1.3 times (measured over the subsets, structures, tunings and nets of tests/).
 BUDGET = 4
-
-
-class Refused(ValueError, TypeError):
-    """A model file's content that :mod:`sklaplace.io` does not load.
-
-    A ``ValueError`` (the file is wrong, not the call); also a ``TypeError``, which
-    unknown types in a file raised before.
-    """
-
-
-class _Spec:
-    """How one class is written: its declared attributes (``fields``); ``caches``: the
-    attributes it computes when needed, not written (attribute → the value it has
-    before, or absent when not listed in ``reset``); ``derived``: attributes recomputed
-    on reading from the others (``finish``)."""
-
-    def __init__(self, cls, fields, caches=(), reset=None, derived=(), finish=None):
-        self.cls, self.fields, self.caches = cls, tuple(fields), tuple(caches)
-        self.reset, self.derived, self.finish = reset or {}, tuple(derived), finish
-
-    def state(self, obj):
-        attrs = ({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-                 if dataclasses.is_dataclass(obj) else dict(vars(obj)))
-        unknown = sorted(set(attrs) - set(self.fields) - set(self.derived) - set(self.caches))
-        if unknown:
-            raise TypeError(
-                f"sklaplace.io cannot save a {type(obj).__name__} with the attributes "
-                f"{unknown}: its saved state does not declare them (sklaplace._persist.TYPES). "
-                "No partial file is written; pickle the estimator (joblib) instead.")
-        return {k: attrs[k] for k in self.fields if k in attrs}
-
-    def build(self, state):
-        unknown = sorted(set(state) - set(self.fields))
-        if unknown:
-            raise Refused(f"a saved {self.cls.__name__} has unknown attributes {unknown}")
-        if dataclasses.is_dataclass(self.cls):
-            return self.cls(**state)
-        obj = self.cls.__new__(self.cls)
-        obj.__dict__.update(state)
-        obj.__dict__.update(self.reset)
-        if self.finish is not None:
-            self.finish(obj)
-        return obj
-
-
-def _finish_last_layer(obj):
-    obj.layer = obj.module.get_submodule(obj.layer_name)
-    obj.body = feature_body(obj.module, obj.layer_name)
-
-
-_SUBSET = ("module", "names", "shapes", "theta", "n_params", "whole_index", "group_index")
-_EVIDENCE = ("posterior", "theta", "temperature", "n_rows", "sse", "nll", "curvature",
-             "rebuild")
-_EVIDENCE_CACHES = ("_sums_cache", "_index_cache")
-
-#: The classes of a fitted estimator's state, by the name written in the file.
-TYPES = {
-    "FittedLaplace": _Spec(FittedLaplace, [f.name for f in dataclasses.fields(FittedLaplace)]),
-    "Hyperparameters": _Spec(Hyperparameters, ("prior_precision", "sigma", "outside_variance")),
-    "TargetScale": _Spec(TargetScale, ("mean", "std", "normalizes", "ndim")),
-    "RangeKernel": _Spec(RangeKernel, ("low", "high", "scale", "variance")),
-    # the likelihoods: stateless
-    "Categorical": _Spec(likelihoods.Categorical, ()),
-    "Bernoulli": _Spec(likelihoods.Bernoulli, ()),
-    "Multilabel": _Spec(likelihoods.Multilabel, ()),
-    "Gaussian": _Spec(likelihoods.Gaussian, ()),
-    "HeteroscedasticGaussian": _Spec(likelihoods.HeteroscedasticGaussian, ()),
-    "AllWeights": _Spec(AllWeights, _SUBSET, caches=("_linear_cache",)),
-    "LastLayer": _Spec(LastLayer, _SUBSET + (
-        "layer_name", "has_bias", "const_bias", "n_out", "n_features", "map_weight",
-        "map_bias"), derived=("layer", "body"), finish=_finish_last_layer),
-    "Subnetwork": _Spec(Subnetwork, _SUBSET + ("_all", "indices")),
-    "RefinedSubset": _Spec(RefinedSubset, (
-        "base", "theta", "shift", "kind", "module", "n_params", "whole_index",
-        "group_index")),
-    "EigenPosterior": _Spec(EigenPosterior, (
-        "V", "lam", "n_params", "structure", "_d_inv_sqrt", "_Q", "_omega2"),
-        caches=("_gram_cache", "_index_cache")),
-    "DiagPosterior": _Spec(DiagPosterior, ("h", "n_params", "_var")),
-    "KronPosterior": _Spec(KronPosterior, ("n_params", "blocks", "_inv"),
-                           caches=("_single_output_root", "_bias_cov_cache"),
-                           reset={"_single_output_root": None, "_bias_cov_cache": None}),
-    "Evidence": _Spec(Evidence, _EVIDENCE, caches=_EVIDENCE_CACHES),
-    "TaskEvidence": _Spec(TaskEvidence, _EVIDENCE + (
-        "prior_posterior", "prior_mean", "_curvature_quadratic", "_d2"), caches=_EVIDENCE_CACHES),
-}
-_NAMES = {spec.cls: name for name, spec in TYPES.items()}
-
-#: Functions a saved ``functools.partial`` may call (the evidence's curvature at a
-#: per-output σ), by the name written in the file.
-FUNCTIONS = {"sklaplace.estimators._fitting._build_posterior": _build_posterior}
-_FUNCTION_NAMES = {f: name for name, f in FUNCTIONS.items()}
-FUNCTIONS["sklaplace._fitting._build_posterior"] = _build_posterior  # its path before a move
 
 _ARRAY_KINDS = "biuf"  # numeric and boolean dtypes: nothing .npy would pickle
 
@@ -155,6 +55,8 @@ class Writer:
 
     def __init__(self, module_ref):
         self.arrays, self._memo, self._module_ref = {}, {}, module_ref
+        self._names = {spec.cls: name for name, spec in TYPES.items()}
+        self._functions = {func: name for name, func in FUNCTIONS.items()}
 
     def array(self, value):
         """The key of an array (a tensor: its CPU copy), written once per object."""
@@ -222,15 +124,15 @@ class Writer:
             return {"$dtype": str(value).removeprefix("torch.")}
         if isinstance(value, nn.Module):
             return {"$module": self._module_ref(value)}
-        if isinstance(value, functools.partial) and value.func in _FUNCTION_NAMES:
-            return {"$partial": _FUNCTION_NAMES[value.func], "args": self(value.args),
+        if isinstance(value, functools.partial) and value.func in self._functions:
+            return {"$partial": self._functions[value.func], "args": self(value.args),
                     "keywords": self(dict(value.keywords))}
-        spec_name = _NAMES.get(type(value))
+        spec_name = self._names.get(type(value))
         if spec_name is None:
             raise TypeError(
                 f"sklaplace.io cannot save a value of type {type(value).__module__}."
                 f"{type(value).__qualname__}: it is not part of the saved state's types "
-                "(sklaplace._persist.TYPES). No partial file is written; pickle the "
+                "(sklaplace._persist_schema.TYPES). No partial file is written; pickle the "
                 "estimator (joblib) instead.")
         ref = self._memo.get(("object", id(value)))
         if ref is not None:

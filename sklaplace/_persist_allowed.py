@@ -17,11 +17,8 @@ written), nor ``torch.compile`` (``compile=True``), which writes and runs compil
 import functools
 import inspect
 
-from ._aliases import MOVED
 from ._persist import FUNCTIONS, TYPES, Refused
-
-#: The attributes of a skorch net that a file holds besides its parameters.
-NET_ATTRIBUTES = ("sklaplace_target_scaling_", "classes_inferred_")
+from ._persist_schema import NET_FIELDS, classes
 
 _DATA = frozenset({"$ndarray", "$scalar", "$tensor", "$tuple", "$dict", "$slice", "$device",
                    "$dtype", "$strings"})
@@ -47,13 +44,9 @@ def _estimators():
 
 
 def class_name(cls):
-    """The name a file gives a class: ``module:qualname``."""
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _canonical(name):
-    module, _, qualname = str(name).partition(":")
-    return f"{MOVED.get(module, module)}:{qualname}"  # a file written before a module moved
+    """The name a file gives a class: sklaplace's by the schema, others ``module:qualname``."""
+    names = {c: name for name, c in classes().items()}
+    return names.get(cls, f"{cls.__module__}:{cls.__qualname__}")
 
 
 def _init_params(*classes):
@@ -205,9 +198,9 @@ class _Checker:
             return
         if frozen and "$frozen" in value:
             return self.net(value["$frozen"], f"{where}.$frozen")
-        name = _canonical(value.get("$net"))
+        name = str(value.get("$net"))
         if "$net" not in value or name not in self.t["nets"]:
-            raise _refuse(where, f"{_canonical(value.get('$net'))!r} is not a net class "
+            raise _refuse(where, f"{name!r} is not a net class "
                                  "sklaplace.io rebuilds (skorch's NeuralNet, "
                                  "NeuralNetClassifier, NeuralNetBinaryClassifier and "
                                  "NeuralNetRegressor)"[:300])
@@ -246,7 +239,7 @@ class _Checker:
             if key.startswith("callbacks__"):
                 self.callback_param(key, v, f"{where}.params.{key}", named)
         for key, v in self.dict(value.get("attributes", {}), f"{where}.attributes").items():
-            if key not in NET_ATTRIBUTES:
+            if key not in NET_FIELDS:
                 raise _refuse(f"{where}.attributes.{key}", "not an attribute of a skorch net "
                                                            "that sklaplace.io restores")
             self.value(v, f"{where}.attributes.{key}", _STATE)
@@ -261,7 +254,7 @@ class _Checker:
             return
         if not (isinstance(value, dict) and set(value) == {"$class"}):
             raise _refuse(where, f"expected a class for {role}")
-        if _canonical(value["$class"]) not in allowed:
+        if str(value["$class"]) not in allowed:
             raise _refuse(where, f"the class {value['$class']!r} is not one sklaplace.io "
                                  f"rebuilds as {role}; a class of your own loads from "
                                  "load(..., modules=)"[:300])
@@ -285,7 +278,7 @@ class _Checker:
 
     def callback(self, value, where):
         tag = next(iter(value), None) if isinstance(value, dict) else None
-        name = _canonical(value[tag]) if tag in ("$instance", "$class") else None
+        name = str(value[tag]) if tag in ("$instance", "$class") else None
         if name not in self.t["callbacks"]:
             shown = name or _WHAT.get(tag, repr(value)[:80])
             raise _refuse(where, f"{shown} is not a callback sklaplace.io restores: only "
@@ -314,9 +307,9 @@ class _Checker:
         by_class = {class_name(c): c for c in policies.values()}
         if isinstance(policy, str) and policy in policies:
             cls = policies[policy]
-        elif isinstance(policy, dict) and set(policy) == {"$class"} and _canonical(
+        elif isinstance(policy, dict) and set(policy) == {"$class"} and str(
                 policy["$class"]) in by_class:
-            cls = by_class[_canonical(policy["$class"])]
+            cls = by_class[str(policy["$class"])]
         else:
             raise _refuse(f"{where}.params.policy", f"{policy!r} is not a learning-rate "
                           "schedule sklaplace.io restores"[:200])

@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._aliases import MOVED
 from ._persist import Reader, Refused, Writer
-from ._persist_allowed import NET_ATTRIBUTES, _estimators, class_name
+from ._persist_allowed import _estimators, class_name
+from ._persist_schema import NET_FIELDS, classes
 
-_ALLOWED = ("torch.nn", "torch.optim", "torch.utils.data", "skorch", "sklaplace")
+_ALLOWED = ("torch.nn", "torch.optim", "torch.utils.data", "skorch")  # (sklaplace's: the schema)
 
 
 def _allowed(module):
@@ -28,9 +28,11 @@ def _allowed(module):
 
 
 def _resolve_class(name):
-    """The class of a ``module:qualname`` name in the allowlisted packages, else None."""
+    """The class of a name of the schema (sklaplace's classes) or of a ``module:qualname``
+    name in the allowlisted packages, else None."""
+    if name in classes():
+        return classes()[name]
     module, _, qualname = name.partition(":")
-    module = MOVED.get(module, module)  # a file written before a module moved
     if not _allowed(module) or "<" in qualname:
         return None
     try:
@@ -109,8 +111,8 @@ class _ParamWriter(Writer):
         if getattr(net, "initialized_", False):
             out["module"] = self._root(net.module_, {"source": "net"})
             out["history"] = self(list(net.history))
-            out["attributes"] = {k: self(getattr(net, k)) for k in NET_ATTRIBUTES
-                                 if hasattr(net, k)}
+            out["attributes"] = {field: self(getattr(net, attr))
+                                 for field, attr in NET_FIELDS.items() if hasattr(net, attr)}
         return out
 
     def _estimator(self, estimator):
@@ -221,8 +223,8 @@ class _ParamReader(Reader):
             self._load_module(net.module_, entry)
             self._built[value["module"]] = net.module_
             net.history = History(self(value["history"]))
-            for key, item in value["attributes"].items():
-                setattr(net, key, self(item))
+            for field, item in value["attributes"].items():  # (checked: NET_FIELDS only)
+                setattr(net, NET_FIELDS[field], self(item))
         return net
 
     def _check_module(self, net, entry, spec):

@@ -21,11 +21,18 @@ A file is checked before anything in it is built or any array read: its members
 against its document, each array's header against the document and the member's size
 in the archive's directory, a net's module against the weights it holds. Whatever is
 wrong with a file, :func:`load` raises a ``ValueError`` that names it.
+
+The file names what it stores by a schema of its own (format version 2): each type of
+the fitted state and each of its fields for what it is (``posterior/eigen`` and its
+``eigenvectors``, say), never by the code's classes, attributes or modules, so that a
+change inside sklaplace leaves the format as it is. Files of format version 1, which
+used the code's names, still load.
 """
 
 import io as _io
 import json
 import math
+import tokenize
 import warnings
 import zipfile
 import zlib
@@ -39,11 +46,14 @@ from ._laplace.workflow import MODULE_IN_USE
 from ._persist import Refused
 from ._persist_allowed import check_document
 from ._persist_params import _estimators, _ParamReader, _ParamWriter
+from ._persist_schema import from_version_1
 
 __all__ = ["save", "load"]
 
-#: Version of the file format; :func:`load` refuses files of a later version.
-FORMAT_VERSION = 1
+#: Version of the file format that :func:`save` writes: 2, whose types and fields are
+#: named by a schema of its own. :func:`load` reads it and version 1, and refuses files
+#: of a later version.
+FORMAT_VERSION = 2
 
 _DOCUMENT = "sklaplace.json"
 _FORMAT = "sklaplace-model"
@@ -210,7 +220,8 @@ def _read_array(path, archive, info, declared):
                       np.lib.format.read_array_header_2_0)
             shape, _, dtype = header(member, max_header_size=_MAX_HEADER)
             offset = member.tell()
-    except (*_DAMAGED, SyntaxError, TypeError) as error:
+    # (TokenError: a damaged header that numpy's reader of older headers tokenizes)
+    except (*_DAMAGED, SyntaxError, TypeError, tokenize.TokenError) as error:
         raise _refuse(path, f"{name} is damaged or not an .npy array ({error})") from None
     if (dtype.hasobject or dtype.kind not in _ARRAY_KINDS or dtype.fields is not None
             or dtype.subdtype is not None):
@@ -289,6 +300,8 @@ def load(path, modules=None, device=None):
         raise TypeError("modules must be a dict of names to module factories (callables)")
     doc, arrays = _read_archive(path)
     try:
+        if doc["version"] == 1:  # the code's names of the time, translated to the schema's
+            from_version_1(doc)
         missing = sorted(check_document(doc) - set(modules or {}))
     except Refused as error:
         raise _refuse(path, error) from None

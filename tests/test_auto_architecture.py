@@ -11,7 +11,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 from torch import nn
 
-from sklaplace import LaplaceClassifier, LaplaceRegressor, _crossfit
+from sklaplace import LaplaceClassifier, LaplaceRegressor
+from sklaplace.estimators import _crossfit
 from sklaplace.estimators._selection import AUTO_CANDIDATES, candidates, n_weights
 from sklaplace.nets import MLP
 

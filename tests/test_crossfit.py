@@ -7,7 +7,8 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.frozen import FrozenEstimator
 
-from sklaplace import LaplaceClassifier, _crossfit
+from sklaplace import LaplaceClassifier
+from sklaplace.estimators import _crossfit
 from sklaplace._laplace import nets
 from sklaplace._laplace.holdout import LOG10_PRIOR_GRID, one_standard_error_choice
 

@@ -7,6 +7,7 @@ import json
 import re
 import warnings
 import zipfile
+from pathlib import Path
 
 import joblib
 import numpy as np
@@ -30,16 +31,33 @@ def _fit(est):
         return est.fit(X.astype(np.float32), y)
 
 
-@pytest.fixture(scope="module")
-def default_file(tmp_path_factory):
+DATA = Path(__file__).parent / "data"
+
+
+def _version_1(name, tmp_path_factory):
+    """A copy of a file that the version-1 writer wrote (tests/data)."""
+    path = tmp_path_factory.mktemp("v1") / f"{name}.sklaplace"
+    path.write_bytes((DATA / f"{name}.skl").read_bytes())
+    return path
+
+
+# Every check holds for both format versions: each file is of the version the writer
+# writes now (2) and of version 1, which its reader translates before checking.
+@pytest.fixture(scope="module", params=[2, 1], ids=["v2", "v1"])
+def default_file(request, tmp_path_factory):
+    if request.param == 1:
+        return _version_1("v1_classifier_full_layerwise", tmp_path_factory)
     est = _fit(LaplaceClassifier(**SMALL, subset_of_weights="last_layer",
                                  hessian_structure="full"))
     return skio.save(est, tmp_path_factory.mktemp("good") / "default.sklaplace")
 
 
-@pytest.fixture(scope="module")
-def callbacks_file(tmp_path_factory):
-    """A fitted net of the user's with callbacks: the document a hostile one edits."""
+@pytest.fixture(scope="module", params=[2, 1], ids=["v2", "v1"])
+def callbacks_file(request, tmp_path_factory):
+    """A fitted net of the user's with callbacks: the document a hostile one edits (the
+    version-1 file: the same net, fit and callbacks)."""
+    if request.param == 1:
+        return _version_1("v1_user_net_callbacks", tmp_path_factory)
     net = NeuralNetClassifier(TinyNet, max_epochs=3, criterion=nn.CrossEntropyLoss,
                               train_split=None, verbose=0,
                               callbacks=[GradientNormClipping(1.0),
@@ -335,4 +353,73 @@ def test_a_version_that_is_no_integer_is_refused(default_file, tmp_path, version
 
     path = _edit(default_file, tmp_path / "v.sklaplace", edit)
     with _refused(path, "is not a valid format version"):
+        skio.load(path)
+
+
+@pytest.mark.parametrize("version", [skio.FORMAT_VERSION + 1, 10**6])
+def test_a_later_version_asks_for_a_newer_sklaplace(default_file, tmp_path, version):
+    path = _edit(default_file, tmp_path / "later.sklaplace",
+                 lambda doc: doc.__setitem__("version", version))
+    with _refused(path, f"format version {version}",
+                  f"reads versions up to {skio.FORMAT_VERSION}", "Upgrade sklaplace"):
+        skio.load(path)
+
+
+@pytest.mark.parametrize("version", [0, -1])
+def test_a_version_no_sklaplace_wrote_is_refused(default_file, tmp_path, version):
+    path = _edit(default_file, tmp_path / "earlier.sklaplace",
+                 lambda doc: doc.__setitem__("version", version))
+    with _refused(path, f"format version {version}", "which no sklaplace wrote"):
+        skio.load(path)
+
+
+def test_types_classes_and_functions_outside_the_schema_are_refused(default_file, tmp_path):
+    """In either version, by the names of that version: what its tables do not list is
+    refused, and a version-2 file cannot name sklaplace's classes by their module paths."""
+    version = json.loads(zipfile.ZipFile(default_file).read("sklaplace.json"))["version"]
+
+    def unknown_object(doc):
+        doc["attributes"]["laplace_"]["$object"] = "os.system"
+
+    def foreign_function(doc):
+        doc["attributes"]["laplace_"]["state"]["report"] = {
+            "$partial": "builtins.eval", "args": {"$tuple": ["1"]}, "keywords": {"$dict": []}}
+
+    def foreign_class(doc):
+        doc["attributes"]["net_"]["params"]["optimizer"] = {"$class": "os:system"}
+
+    def module_path(doc):  # the code's path of the default MLP: version 1's name of it
+        doc["attributes"]["net_"]["params"]["module"] = {
+            "$class": "sklaplace._laplace.nets:MLP"}
+
+    def unknown_field(doc):
+        doc["attributes"]["laplace_"]["state"]["posterior"]["state"]["_hidden"] = 1.0
+
+    cases = [(unknown_object, ["unknown type 'os.system'"]),
+             (foreign_function, ["unknown function 'builtins.eval'"]),
+             (foreign_class, ["not one sklaplace.io rebuilds as a skorch net's optimizer"]),
+             (unknown_field, ["unknown fields ['_hidden']"])]
+    if version == 2:
+        cases.append((module_path, ["sklaplace._laplace.nets:MLP", "not one sklaplace.io "
+                                    "rebuilds as a skorch net's module"]))
+    for edit, words in cases:
+        path = _edit(default_file, tmp_path / "bad.sklaplace", edit)
+        with _refused(path, *words):
+            skio.load(path)
+    if version == 1:  # version 1's name of the default MLP is its module path
+        path = _edit(default_file, tmp_path / "v1.sklaplace", module_path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert skio.load(path).net_.module.__name__ == "MLP"
+
+
+def test_a_version_1_document_with_a_field_twice_is_refused(tmp_path_factory, tmp_path):
+    path = _version_1("v1_classifier_full_layerwise", tmp_path_factory)
+
+    def twice(doc):  # 'V' translates to 'eigenvectors', which it also holds
+        state = doc["attributes"]["laplace_"]["state"]["posterior"]["state"]
+        state["eigenvectors"] = state["V"]
+
+    path = _edit(path, tmp_path / "twice.sklaplace", twice)
+    with _refused(path, "has a field twice"):
         skio.load(path)
