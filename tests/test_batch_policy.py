@@ -102,8 +102,7 @@ def test_a_users_net_keeps_its_own_batch():
 
 def test_partial_fit_takes_the_batch_of_each_tasks_rows():
     X, y = data(6000)
-    est = LaplaceRegressor(hidden_layer_sizes=(8,), max_epochs=2, tol=None, random_state=0,
-                           solver="adam")
+    est = LaplaceRegressor(hidden_layer_sizes=(8,), max_epochs=2, tol=None, random_state=0)
     est.partial_fit(X[:1000], y[:1000])
     assert [len(h["batches"]) for h in est.net_.history] == [8, 8]
     est.partial_fit(X[1000:], y[1000:])  # 5,000 rows: ⌈5000/16⌉ = 313 rows a batch

@@ -14,8 +14,7 @@ import torch
 from scipy.optimize import minimize
 from sklearn.exceptions import ConvergenceWarning
 
-from sklaplace import LaplaceRegressor
-from sklaplace._laplace import policy
+from sklaplace import LaplaceClassifier, LaplaceRegressor
 
 
 @pytest.fixture
@@ -77,23 +76,32 @@ def test_a_training_that_has_not_converged_is_tuned_once_at_its_end():
     y = np.sin(2 * X[:, 0]) + X[:, 1] ** 2
     with pytest.warns(ConvergenceWarning, match="without converging"):
         reg = LaplaceRegressor(hidden_layer_sizes=(16,), solver="lbfgs", max_epochs=15,
-                               hyperparameter_tuning="online", random_state=0).fit(X, y)
+                               online_frequency="converged", hyperparameter_tuning="online",
+                               random_state=0).fit(X, y)
     assert [h["epoch"] for h in reg.evidence_history_] == [15]
     assert reg.hyperparameter_tuning_ == "online"
 
 
-def test_auto_picks_lbfgs_and_updates_at_convergence_on_small_data():
-    assert policy.solver("auto", policy.LBFGS_MAX_ROWS) == "lbfgs"
-    assert policy.solver("auto", policy.LBFGS_MAX_ROWS + 1) == "adam"
-    assert policy.solver("auto", 100, "heteroscedastic") == "adam"
-    assert policy.solver("adam", 100) == "adam"
-    assert policy.online_frequency("auto", "lbfgs") == "converged"
-    assert policy.online_frequency("auto", "adam") == 5
-    assert policy.online_frequency(3, "lbfgs") == 3
+@pytest.mark.parametrize("cls", [LaplaceRegressor, LaplaceClassifier])
+def test_both_estimators_update_at_convergence_under_lbfgs(cls):
     X, y = _data(n=60)
+    y = y if cls is LaplaceRegressor else (y > np.median(y)).astype(int)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        reg = LaplaceRegressor(hidden_layer_sizes=(8,), max_epochs=40, random_state=0).fit(X, y)
-    assert reg.hyperparameter_tuning_ == "online"
-    assert reg.net_.optimizer_.__class__.__name__ == "LBFGS"
-    assert reg.evidence_history_  # at least the update at the end of training
+        est = cls(hidden_layer_sizes=(8,), solver="lbfgs", online_frequency="converged",
+                  hyperparameter_tuning="online", max_epochs=40, random_state=0).fit(X, y)
+    assert est.hyperparameter_tuning_ == "online"
+    assert est.evidence_history_  # at least the update at the end of training
+    assert est.evidence_history_[-1]["epoch"] <= est.n_iter_
+    callback = next(cb for _, cb in est.net_.callbacks_ if hasattr(cb, "history_"))
+    assert not hasattr(callback, "_data") and callback.curvature_ is None  # nothing kept
+
+
+def test_dask_input_refuses_the_converged_updates():
+    pytest.importorskip("dask")
+    import dask.array as da
+
+    X, y = _data(n=60)
+    with pytest.raises(ValueError, match="online_frequency='converged'"):
+        LaplaceRegressor(hidden_layer_sizes=(4,), online_frequency="converged",
+                         max_epochs=5).fit(da.from_array(X, chunks=30), da.from_array(y, chunks=30))

@@ -100,8 +100,7 @@ def test_partial_fit_far_from_the_first_task_warns():
     rng = np.random.default_rng(0)
     w = np.array([1.0, -2.0, 0.5])
     X1, X2 = rng.normal(size=(200, 3)), rng.normal(size=(200, 3))
-    reg = LaplaceRegressor(max_epochs=50, hidden_layer_sizes=(10,), random_state=0,
-                           solver="adam")
+    reg = LaplaceRegressor(max_epochs=50, hidden_layer_sizes=(10,), random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         reg.fit(X1, X1 @ w)

@@ -263,7 +263,7 @@ def test_trained_regressor_default_configuration(client):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         memory = LaplaceRegressor(solver="lbfgs", hidden_layer_sizes=(10,), max_epochs=40,
-                                  online_frequency=5, random_state=0).fit(X, y)
+                                  random_state=0).fit(X, y)
         dist = LaplaceRegressor(hidden_layer_sizes=(10,), max_epochs=40, random_state=0).fit(
             da.from_array(X, chunks=500), da.from_array(y, chunks=500))
     # "online": the evidence's δ and σ updated during training, from sums over the partitions

@@ -173,10 +173,8 @@ def test_the_validation_catches_a_broken_docstring():
 #: Shared parameters whose descriptions differ: each estimator lists its own criteria
 #: (``net``), its own meaning of ``"auto"`` and whether σ is tuned
 #: (``hyperparameter_tuning``), the regressor has no ``"mc"`` link (``n_samples``), and
-#: ``batch_size="auto"`` is the regressor's default, not the classifier's, as are
-#: ``solver="auto"`` and ``online_frequency="auto"``.
-DIFFERING_PARAMS = ["net", "hyperparameter_tuning", "n_samples", "batch_size", "solver",
-                    "online_frequency"]
+#: ``batch_size="auto"`` is the regressor's default, not the classifier's.
+DIFFERING_PARAMS = ["net", "hyperparameter_tuning", "n_samples", "batch_size"]
 #: Shared attributes that differ: the regressor's evidence is in the units of y, and its
 #: online history records σ.
 DIFFERING_ATTRS = ["log_evidence_", "evidence_history_", "estimators_"]

@@ -147,8 +147,7 @@ def smooth_data(n=300, seed=0):
 
 def test_an_online_fit_stops_once_the_evidence_plateaus():
     X, y = smooth_data()
-    params = dict(hidden_layer_sizes=(16,), hyperparameter_tuning="online", random_state=0,
-                  solver="adam")
+    params = dict(hidden_layer_sizes=(16,), hyperparameter_tuning="online", random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         est = LaplaceRegressor(max_epochs=400, **params).fit(X, y)

@@ -36,7 +36,7 @@ def rule_on(monkeypatch):
 
 def fit(X, y, **params):
     est = LaplaceRegressor(hidden_layer_sizes=[(), (20,)], max_epochs=100, random_state=0,
-                           **{"solver": "adam", **params})  # the rule watches Adam's plateaus
+                           **params)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         return est.fit(X, y)

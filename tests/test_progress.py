@@ -65,7 +65,7 @@ def test_evidence_tuning_and_refinement_stage_lines(capsys):
     X = rng.normal(size=(60, 2))
     y = X @ [1.0, -2.0] + 0.1 * rng.normal(size=60)
     LaplaceRegressor(max_epochs=2, verbose=1, hessian_structure="diag", refine="laplace",
-                     online_frequency=5, random_state=0).fit(X, y)
+                     random_state=0).fit(X, y)
     out = capsys.readouterr().out
     assert re.search(r"^\[LaplaceRegressor\] tuning \(evidence\) in \d+\.\d\d s$", out, re.M)
     assert re.search(r"^\[LaplaceRegressor\] refinement \(laplace\) in \d+\.\d\d s$", out, re.M)

@@ -353,8 +353,7 @@ def test_trained_fits_equal_repeated_rows_where_nothing_draws_rows(params):
 
 
 @pytest.mark.parametrize("params", [
-    dict(hidden_layer_sizes=(10,), hyperparameter_tuning="evidence", batch_size=16,
-         solver="adam"),
+    dict(hidden_layer_sizes=(10,), hyperparameter_tuning="evidence", batch_size=16),
     dict(hidden_layer_sizes=(10,), solver="lbfgs", hyperparameter_tuning="cv"),
     dict(solver="lbfgs", hyperparameter_tuning="evidence", hidden_layer_sizes=[(), (10,)]),
 ], ids=["minibatches", "cv-held-out-rows", "architecture-choice"])

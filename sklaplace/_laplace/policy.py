@@ -75,27 +75,6 @@ def classifier_tuning(n_rows, validation_fraction, prior_structure, frozen, refi
     return "cv"
 
 
-#: Training rows up to which ``solver="auto"`` trains the default MLP by full-batch L-BFGS
-#: (an iteration costs a pass over the rows; Adam's epochs of minibatches above).
-LBFGS_MAX_ROWS = 2048
-
-
-def solver(solver, n_rows, noise="homoscedastic"):
-    """``solver="auto"``: L-BFGS on up to :data:`LBFGS_MAX_ROWS` rows of one σ, else Adam
-    (the natural-parameter net's line search overflows on noise-free rows)."""
-    if solver != "auto":
-        return solver
-    return "lbfgs" if n_rows <= LBFGS_MAX_ROWS and noise == "homoscedastic" else "adam"
-
-
-def online_frequency(frequency, solver):
-    """``online_frequency="auto"``: the online updates where full-batch L-BFGS has
-    converged (its curvature pairs describe one objective), every 5 epochs of Adam."""
-    if frequency != "auto":
-        return frequency
-    return "converged" if solver == "lbfgs" else 5
-
-
 def regressor_tuning(frozen, sigma_size, max_epochs, online_burn_in, online_frequency,
                      subset_of_weights):
     """``hyperparameter_tuning="auto"`` of ``LaplaceRegressor``: ``"online"`` or ``"evidence"``.

@@ -88,7 +88,7 @@ class BaseLaplace(BaseEstimator):
         ``task``: the ``partial_fit`` task of a first call (:mod:`._continual`).
         """
         check_params(self, continual=task is not None)
-        s = settings_of(self, len(X))
+        s = settings_of(self)
         rng = check_seed("random_state", self.random_state)
         train_seed, prediction_seed = (int(v) for v in rng.randint(0, 2**31 - 1, size=2))
         auto = (s.net is None and task is None

@@ -136,7 +136,7 @@ def fit_next_task(estimator, X, y_model, sample_weight=None):
     check_params(estimator, continual=True)
     fitted = estimator.laplace_
     _check_continuable(estimator, fitted)
-    s = settings_of(estimator, len(X))
+    s = settings_of(estimator)
     if s.net is None and candidates(s.hidden_layer_sizes, X.shape[1], 1) is not None:
         s.hidden_layer_sizes = estimator.hidden_layer_sizes_  # the earlier tasks' choice
     n_previous = (fitted.task_rows if fitted.task_rows is not None

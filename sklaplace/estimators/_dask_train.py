@@ -58,7 +58,6 @@ def train_on_parts(estimator, pairs, stats, target_info, sizes, init_module=None
     if s.online_frequency == "converged":
         raise ValueError("online_frequency='converged' is not supported on dask input "
                          "(its L-BFGS updates every online_frequency epochs); use an int.")
-    s.online_frequency = 5 if s.online_frequency == "auto" else s.online_frequency
     rng = check_seed("random_state", estimator.random_state)
     train_seed = int(rng.randint(0, 2**31 - 1, size=2)[0])  # as the in-memory fit draws it
     units, n_outputs, default, _ = target_info

@@ -112,9 +112,7 @@ class RegressorNoise:
         return policy.regressor_tuning(
             isinstance(self.net, FrozenEstimator), np.size(self.sigma_noise),
             self.max_epochs if self.net is None else self.net.max_epochs,
-            self.online_burn_in, policy.online_frequency(
-                self.online_frequency, policy.solver(self.solver, n_rows, self.noise)),
-            self.subset_of_weights)
+            self.online_burn_in, self.online_frequency, self.subset_of_weights)
 
     def _check_outputs(self, likelihood, n_outputs, n_out):
         if n_out == n_outputs:

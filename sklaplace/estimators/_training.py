@@ -35,16 +35,10 @@ from .._laplace.subsets import AllWeights, _to_module
 from .._laplace.threads import seeded
 
 
-def settings_of(estimator, n_rows=None):
-    """The estimator's parameters as a read-only namespace, with its ``log``; with the
-    fit's ``n_rows``, ``solver`` and ``online_frequency`` resolved from ``"auto"``
-    (:func:`._laplace.policy.solver`, :func:`._laplace.policy.online_frequency`)."""
-    s = types.SimpleNamespace(**estimator.get_params(deep=False), log=estimator._log,
-                              name=type(estimator).__name__)
-    if n_rows is not None:
-        s.solver = policy.solver(s.solver, n_rows, getattr(s, "noise", "homoscedastic"))
-        s.online_frequency = policy.online_frequency(s.online_frequency, s.solver)
-    return s
+def settings_of(estimator):
+    """The estimator's parameters as a read-only namespace, with its ``log``."""
+    return types.SimpleNamespace(**estimator.get_params(deep=False), log=estimator._log,
+                                 name=type(estimator).__name__)
 
 
 # ---------------------------------------------------------------- the network

@@ -84,8 +84,8 @@ REGRESSOR_CONSTRAINTS = {
     **PARAMETER_CONSTRAINTS,
     "sigma_noise": "no_validation",  # a positive float or 1-D array: check_params
     "noise": [StrOptions({"homoscedastic", "heteroscedastic"})],  # its rules: _regressor_noise
-    "normalize_y": ["boolean"], "solver": [StrOptions({"auto", "adam", "lbfgs"})],
-    "online_frequency": _at_least(1) + [StrOptions({"auto", "converged"})]}
+    "normalize_y": ["boolean"],
+}
 
 # scikit-learn's Interval(Integral) takes bools (True == 1): not a count here
 _COUNTS = tuple(name for name, rule in {**CLASSIFIER_CONSTRAINTS, **REGRESSOR_CONSTRAINTS}.items()
@@ -340,7 +340,7 @@ def _net_problems(p, name, likelihood_kinds):
             "net must be None, a skorch NeuralNet (NeuralNetClassifier, NeuralNetRegressor, "
             f"...) or sklearn.frozen.FrozenEstimator(trained_net); got {type(net).__name__}."]
     problems = []
-    if not _is(p["solver"], "adam", "auto"):
+    if not _is(p["solver"], "adam"):
         problems.append(
             f"solver={p['solver']!r} applies to the default MLP (net=None); a skorch net "
             "trains with its own optimizer (set optimizer=torch.optim.LBFGS on the net).")

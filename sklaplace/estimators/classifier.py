@@ -193,8 +193,10 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
         (multiplied into ``sample_weight``) is ``class_weight[y_i]``;
         ``"balanced"`` uses ``n_samples / (n_classes * np.bincount(y))``.
         Refused for a multilabel ``y`` (use ``sample_weight``).
-    online_frequency : int, default=5
-        Online tuning: epochs F between hyperparameter updates.
+    online_frequency : int or "converged", default=5
+        Online tuning: epochs F between hyperparameter updates, or ``"converged"``:
+        an update at each convergence (``tol``), going on while it raises the
+        evidence by ``tol`` per row, and one at the end (MacKay's alternation).
     online_burn_in : int, default=0
         Online tuning: epochs before the first update.
     online_steps : int or None, default=None
@@ -328,13 +330,11 @@ class LaplaceClassifier(ClassifierMixin, ClassifierPredictive, ClassifierPartial
 
     def __init__(self, net=None, *, hidden_layer_sizes="auto", max_epochs=200, lr=1e-2,
                  batch_size=128, tol=1e-4, n_iter_no_change=10, solver="adam",
-                 prior_precision=1.0, prior_structure="scalar",
-                 hyperparameter_tuning="auto", validation_fraction=0.2, model_averaging=False,
-                 subset_of_weights="auto",
+                 prior_precision=1.0, prior_structure="scalar", hyperparameter_tuning="auto",
+                 validation_fraction=0.2, model_averaging=False, subset_of_weights="auto",
                  hessian_structure="auto", subnetwork=None, lowrank_rank=None, curvature="ggn",
                  pred_type="glm", gp_subset_size=None, link_approx="probit", n_samples=100,
-                 extrapolation_variance="auto", temperature=1.0,
-                 refine=None, class_weight=None,
+                 extrapolation_variance="auto", temperature=1.0, refine=None, class_weight=None,
                  online_frequency=5, online_burn_in=0, online_steps=None, online_lr=0.1,
                  online_curvature="every", device="cpu", memory=None, random_state=None,
                  verbose=0):

@@ -54,13 +54,12 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         ``max_epochs`` epochs, no warning. Applies to a given skorch net too.
     n_iter_no_change : int, default=10
         Epochs without an improvement of ``tol`` that end training.
-    solver : {"auto", "adam", "lbfgs"}, default="auto"
+    solver : {"adam", "lbfgs"}, default="adam"
         Optimizer of the default MLP: minibatch Adam (``lr``, ``batch_size``),
         or full-batch L-BFGS with a strong Wolfe line search (one iteration per
         epoch; ``lr`` and ``batch_size`` unused): deterministic, so integer
         row weights equal duplicated rows where no rows are drawn either
-        (``sample_weight`` of ``fit``). ``"auto"``: L-BFGS on up to 2,048
-        rows with ``noise="homoscedastic"``, else Adam.
+        (``sample_weight`` of ``fit``).
     prior_precision : float or array-like, default=1.0
         Precision δ of the prior N(0, δ⁻¹I): a float, one value per parameter
         tensor (weight and bias of each layer) or one per parameter. It is the
@@ -213,11 +212,10 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
         units of y too); for the ``net_`` of a LaplaceRegressor fitted with
         ``normalize_y=True``, the standardized units of that fit (its mean and
         std of y, recorded on the net; ``sigma_noise`` is then in those units).
-    online_frequency : int, "converged" or "auto", default="auto"
-        Online tuning: epochs F between hyperparameter updates; ``"converged"``:
-        an update where training has converged, training going on while it
-        raises the evidence by over ``tol`` per row, and one at its end
-        (MacKay's alternation); ``"auto"``: that under L-BFGS, else 5.
+    online_frequency : int or "converged", default=5
+        Online tuning: epochs F between hyperparameter updates, or ``"converged"``:
+        an update at each convergence (``tol``), going on while it raises the
+        evidence by ``tol`` per row, and one at the end (MacKay's alternation).
     online_burn_in : int, default=0
         Online tuning: epochs before the first update.
     online_steps : int or None, default=None
@@ -350,7 +348,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
     _parameter_constraints = REGRESSOR_CONSTRAINTS
 
     def __init__(self, net=None, *, hidden_layer_sizes="auto", max_epochs=200, lr=1e-2,
-                 batch_size="auto", tol=1e-4, n_iter_no_change=10, solver="auto",
+                 batch_size="auto", tol=1e-4, n_iter_no_change=10, solver="adam",
                  prior_precision=1.0, prior_structure="scalar",
                  hyperparameter_tuning="auto", validation_fraction=0.2, model_averaging=False,
                  subset_of_weights="auto",
@@ -358,7 +356,7 @@ class LaplaceRegressor(RegressorMixin, RegressorPredictive, RegressorNoise, Regr
                  pred_type="glm", gp_subset_size=None, n_samples=100,
                  extrapolation_variance="auto", temperature=1.0, refine=None,
                  sigma_noise=1.0, noise="homoscedastic",
-                 normalize_y=True, online_frequency="auto", online_burn_in=0, online_steps=None,
+                 normalize_y=True, online_frequency=5, online_burn_in=0, online_steps=None,
                  online_lr=0.1, online_curvature="every", device="cpu", memory=None,
                  random_state=None, verbose=0):
         self.net = net
