@@ -638,6 +638,8 @@ def add_arguments(parser):
     parser.add_argument("--sklearn-sets", nargs="+", default=None,
                         help="sklearn section: data sets (default: the five bundled with "
                              "scikit-learn; 'all': every scoreboard set)")
+    parser.add_argument("--sklearn-params", type=json.loads, default=None, metavar="JSON",
+                        help="sklearn section: the LA's parameters as JSON (default: none)")
     parser.add_argument("--sklearn-no-busy", action="store_true",
                         help="sklearn section: time idle only (no run beside a CPU-bound "
                              "process)")
@@ -673,12 +675,12 @@ def _threads_section(repeats, out):
     section_threads(repeats, out)
 
 
-def _sklearn_section(repeats, out, sets=None, busy=True):
+def _sklearn_section(repeats, out, sets=None, busy=True, params=None):
     from .defaults import DATASETS
     from .vs_sklearn import SETS, section_sklearn
 
     section_sklearn(repeats, out, SETS if not sets else DATASETS if sets == ["all"] else sets,
-                    busy=busy)
+                    busy=busy, params=params)
 
 
 def _defaults_scale_section(args, out):
@@ -721,7 +723,8 @@ def main(args):
         "backends": lambda: section_backends(args.repeats, out),
         "threads": lambda: _threads_section(args.repeats, out),
         "sklearn": lambda: _sklearn_section(args.repeats, out, args.sklearn_sets,
-                                            busy=not args.sklearn_no_busy),
+                                            busy=not args.sklearn_no_busy,
+                                            params=args.sklearn_params),
         "defaults_scale": lambda: _defaults_scale_section(args, out),
         "dask": lambda: _dask_section(args, out),
         "dask_defaults": lambda: _dask_defaults_section(args, out),

@@ -25,15 +25,15 @@ import json, sys, time, warnings
 import numpy as np
 from sklearn.model_selection import train_test_split
 from benchmarks import defaults as d
-name, which = sys.argv[1], sys.argv[2]
+name, which, params = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 X, y = d.load_dataset(name)
 X, y = d.subsample(X, y, d.MAX_ROWS, d.name_seed(name))
 X, _, y, _ = train_test_split(X, y, test_size=0.25, random_state=0)
 regression = d.task_of(name) == "regression"
 if which == "LA":
     from sklaplace import LaplaceClassifier, LaplaceRegressor
-    make = (lambda: LaplaceRegressor(random_state=0)) if regression else (
-        lambda: LaplaceClassifier(random_state=0))
+    make = (lambda: LaplaceRegressor(random_state=0, **params)) if regression else (
+        lambda: LaplaceClassifier(random_state=0, **params))
     tiny = {"max_epochs": 2}
 else:
     from sklearn.neural_network import MLPClassifier, MLPRegressor
@@ -49,25 +49,27 @@ print(json.dumps({"seconds": time.perf_counter() - t}))
 """
 
 
-def _time(name, which, repeats, busy):
+def _time(name, which, repeats, busy, params=None):
     times = []
     with _neighbour(busy):
         for _ in range(repeats):
-            out = subprocess.run([sys.executable, "-c", _CHILD, name, which], check=True,
+            out = subprocess.run([sys.executable, "-c", _CHILD, name, which,
+                                  json.dumps(params or {})], check=True,
                                  capture_output=True, text=True).stdout
             times.append(json.loads(out.strip().splitlines()[-1])["seconds"])
     return statistics.median(times)
 
 
-def section_sklearn(repeats, out, sets=SETS, busy=True):
+def section_sklearn(repeats, out, sets=SETS, busy=True, params=None):
     """Append the table of default fit times, LA vs scikit-learn's MLP, idle and (``busy``)
-    beside a CPU-bound process; without ``busy`` its columns read "–"."""
+    beside a CPU-bound process; without ``busy`` its columns read "–". ``params``: the
+    LA's constructor parameters (None: the defaults)."""
     out += ["## Default fit against scikit-learn's MLP (fresh processes, default threads)", "",
             "| data set | LA idle (s) | MLP idle (s) | LA / MLP | LA busy (s) | MLP busy (s) "
             "| LA busy / idle |", "|---|---|---|---|---|---|---|"]
     for name in sets:
-        cells = {(w, b): _time(name, w, repeats, b) for b in ((False, True) if busy else (False,))
-                 for w in ("LA", "MLP")}
+        cells = {(w, b): _time(name, w, repeats, b, params)
+                 for b in ((False, True) if busy else (False,)) for w in ("LA", "MLP")}
         la, mlp = cells[("LA", False)], cells[("MLP", False)]
         busy_cells = (f"{cells[('LA', True)]:.2f} | {cells[('MLP', True)]:.2f} | "
                       f"{cells[('LA', True)] / la:.2f}") if busy else "– | – | –"
