@@ -87,9 +87,9 @@ def test_sklearn_section_without_the_busy_neighbour(monkeypatch):
     from benchmarks import vs_sklearn
 
     calls = []
-    monkeypatch.setattr(vs_sklearn, "_time",
-                        lambda name, which, repeats, busy: calls.append(busy) or 2.0)
+    monkeypatch.setattr(vs_sklearn, "_time", lambda name, which, repeats, busy, params:
+                        calls.append((busy, params)) or 2.0)
     out = []
-    vs_sklearn.section_sklearn(1, out, sets=["iris"], busy=False)
-    assert calls == [False, False]
+    vs_sklearn.section_sklearn(1, out, sets=["iris"], busy=False, params={"max_epochs": 3})
+    assert calls == [(False, {"max_epochs": 3})] * 2  # the MLP child ignores them
     assert "| iris | 2.00 | 2.00 | 1.0 | – | – | – |" in out
