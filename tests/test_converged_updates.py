@@ -105,3 +105,13 @@ def test_dask_input_refuses_the_converged_updates():
     with pytest.raises(ValueError, match="online_frequency='converged'"):
         LaplaceRegressor(hidden_layer_sizes=(4,), online_frequency="converged",
                          max_epochs=5).fit(da.from_array(X, chunks=30), da.from_array(y, chunks=30))
+
+
+def test_the_converged_updates_compute_the_curvature_anew_under_either_schedule():
+    X, y = _data(n=60)
+    fits = [LaplaceRegressor(hidden_layer_sizes=(), solver="lbfgs", online_frequency="converged",
+                             online_curvature=schedule, hyperparameter_tuning="online",
+                             random_state=0).fit(X, y) for schedule in ("every", "doubling")]
+    histories = [[(h["epoch"], h["log_evidence"]) for h in f.evidence_history_] for f in fits]
+    assert histories[0] == histories[1] and len(histories[0]) >= 2
+    np.testing.assert_array_equal(fits[0].prior_precision_, fits[1].prior_precision_)

@@ -208,7 +208,8 @@ class OnlineEvidence(Callback):
         """Whether the update after ``epoch`` computes the curvature anew (the schedule)."""
         kept = getattr(self, "curvature_", None)  # None too before initialize()
         last = None if kept is None else kept[0]
-        if self.curvature_schedule == "every" or last is None or epoch is None:
+        if (self.curvature_schedule == "every" or last is None or epoch is None
+                or self.frequency == "converged"):  # updates that far apart see new weights
             return True
         # the curvature moves fast early in training and slowly later
         return epoch - last >= max(last - self.burn_in, self.frequency)
