@@ -20,7 +20,6 @@ SUBCOMMANDS = {
     "selection": ".selection",
     "all": ".all",
     "transfer": ".transfer",
-    "online_stop": ".online_stop",
 }
 
 
