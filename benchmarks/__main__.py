@@ -19,7 +19,6 @@ SUBCOMMANDS = {
     "coldstart": ".cold_start",
     "selection": ".selection",
     "all": ".all",
-    "transfer": ".transfer",
 }
 
 

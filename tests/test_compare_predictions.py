@@ -1,5 +1,5 @@
-"""scripts/compare_predictions.py keeps working: the child part of the bitwise comparison on
-two configurations of this tree."""
+"""scripts/compare_predictions.py and scripts/trace_fit.py keep working: the child part of the
+bitwise comparison on two configurations of this tree, and the static count of switches."""
 
 import importlib.util
 from pathlib import Path
@@ -51,3 +51,7 @@ def test_two_runs_of_the_child_predict_the_same_bits(tmp_path):
     assert [(n, k) for n, k, status, _ in rows if status != "equal"] == [(names[1], "std")]
     assert "differ" in compare.summary(rows, names)
 
+
+def test_the_package_reads_no_module_level_switch():
+    trace = _load("trace_fit")
+    assert trace.switches() == []
