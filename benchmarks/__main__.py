@@ -19,8 +19,6 @@ SUBCOMMANDS = {
     "coldstart": ".cold_start",
     "selection": ".selection",
     "all": ".all",
-    "transfer": ".transfer",
-    "online_stop": ".online_stop",
 }
 
 

@@ -28,8 +28,6 @@ Example::
 
     python -m benchmarks multilabel --splits 3 --out results/multilabel.md
 
-``--decay-step 1`` turns off the multilabel selection's retry of an overfitting
-candidate under a stronger prior (``_selection.DECAY_STEP``), for the comparison.
 :mod:`benchmarks.multilabel_levers` reports per split what the default chose, each
 label's NLL, and other predictives of the same fit (a δ per label, the test-best δ).
 """
@@ -168,9 +166,6 @@ def add_arguments(parser):
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--laplace-params", default="{}",
                         help="JSON of LaplaceClassifier parameters")
-    parser.add_argument("--decay-step", type=float, default=None,
-                        help="the selection's DECAY_STEP (the factor of the prior precision "
-                             "at which an overfitting candidate trains again; 1: never)")
     parser.add_argument("--out", default=None, help="also write the tables to this file")
 
 
@@ -178,10 +173,6 @@ def main(args):
     import json
 
     params = json.loads(args.laplace_params)
-    if args.decay_step is not None:
-        from sklaplace.estimators import _selection
-
-        _selection.DECAY_STEP = args.decay_step
     results = {}
     for name in args.tasks:
         X, Y = load_task(name, args.data_dir)

@@ -59,29 +59,39 @@ def _probit(fitted, X):
 
 @contextlib.contextmanager
 def _capture(refit_lr):
-    """Within the block, wrap ``BaseLaplace._refit``: record the selection pass's fit, the
-    rows in model units and the split (the yielded dict); with ``refit_lr`` ≠ 1 the refit
-    trains at that factor of lr. The original method is restored on exit."""
+    """Within the block, wrap ``BaseLaplace._refit``: record the selection pass's fit and
+    the rows in model units (the yielded dict); with ``refit_lr`` ≠ 1 the refit trains at
+    that factor of lr. The original method is restored on exit."""
     from sklearn.base import clone
 
     from sklaplace.estimators import _base
 
     seen, original = {}, _base.BaseLaplace._refit
 
-    def _refit(self, s, pipe, first, X, y_model, sample_weight, split, seed):
-        seen.update(first=first[3], X=X, y=y_model, split=split)
+    def _refit(self, pipe, first, X, y_model, sample_weight):
+        seen.update(first=first[3], X=X, y=y_model)
         if refit_lr != 1:
             train = pipe.train
             net = clone(train.args[1]).set_params(lr=train.args[1].lr * refit_lr)
             pipe.train = functools.partial(train.func, train.args[0], net, *train.args[2:],
                                            **train.keywords)
-        return original(self, s, pipe, first, X, y_model, sample_weight, split, seed)
+        return original(self, pipe, first, X, y_model, sample_weight)
 
     _base.BaseLaplace._refit = _refit
     try:
         yield seen
     finally:
         _base.BaseLaplace._refit = original
+
+
+def selection_split(random_state, n_rows, fraction):
+    """(fit rows, held-out rows) of a multilabel fit's architecture selection: the split
+    that ``BaseLaplace._fit`` draws from ``random_state`` (two seeds, then the split's)."""
+    from sklaplace._laplace.holdout import validation_split
+
+    rng = np.random.RandomState(random_state)
+    rng.randint(0, 2**31 - 1, size=2)
+    return validation_split(n_rows, fraction, int(rng.randint(0, 2**31 - 1)))
 
 
 def run_split(name, X, Y, split, seen):
@@ -113,7 +123,8 @@ def run_split(name, X, Y, split, seen):
                MLP=_nll(Y_te, mlp.predict_proba(X_te)).mean(0))
     deltas = 10.0 ** LOG10_PRIOR_GRID
     if refit.tuning == "cv":
-        Xs, ys, (_, held_out) = seen["X"], seen["y"], seen["split"]
+        Xs, ys = seen["X"], seen["y"]
+        _, held_out = selection_split(seed, len(Xs), clf.validation_fraction)
         losses = np.stack([_nll(ys[held_out], _probit(first.with_prior(d), Xs[held_out]))
                            for d in deltas])  # (K, n, L)
         per = [one_standard_error_choice(losses[:, :, j]) for j in range(Y.shape[1])]

@@ -10,12 +10,10 @@ run on the same split. ``MLP`` and ``linear`` (``LogisticRegression`` /
 
 Variants (``--variants``): ``()``, ``(50,)``, ``(50,50)``: one architecture with
 the default tuning (the classifier's "cv" trains on the fit rows, then continues on
-all rows with the held-out δ); ``(50,)-kept``: the same, the selection pass's fit
-kept (no refit); ``(50,)-tol=None``: 200 epochs in both trainings, no convergence
-stop; ``(50,)-evidence``: one training on all rows, δ by the evidence; ``auto``: the default (the chosen candidate trained on, warm, on
-all rows with its held-out δ); ``auto-kept``: the selection pass's fit kept; ``auto-evidence``: the
-candidates chosen by the Laplace evidence at its optimal prior; ``auto-lbfgs``:
-every candidate trained by L-BFGS; ``auto-averaged``: ``model_averaging=True`` (the
+all rows with the held-out δ); ``(50,)-tol=None``: 200 epochs in both trainings, no
+convergence stop; ``(50,)-evidence``: one training on all rows, δ by the evidence;
+``auto``: the default (the chosen candidate trained on, warm, on all rows with its
+held-out δ); ``auto-lbfgs``: every candidate trained by L-BFGS; ``auto-averaged``: ``model_averaging=True`` (the
 candidates' mixture, a regressor's scored by its density; its MAP column is the
 largest weight's net, its sizes those of the candidates kept).
 
@@ -24,7 +22,6 @@ Example::
     python -m benchmarks selection --datasets iris attrition --splits 3 --max-rows 1000
 """
 
-import contextlib
 import time
 import warnings
 
@@ -32,38 +29,22 @@ import numpy as np
 from sklearn.base import clone
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
-from sklaplace.estimators import _selection
 from .defaults import (DATASETS, load_dataset, make_estimators, make_pipeline, map_predict,
                        name_seed, predict, score, split_indices, subsample, task_of)
 
 HELP = "the architecture choice's variants: test NLL, chosen sizes, fit time against the MLP"
 
+#: variant → the estimator's parameters
 VARIANTS = {
-    "()": ({"hidden_layer_sizes": ()}, {}),
-    "(50,)": ({"hidden_layer_sizes": (50,)}, {}),
-    "(50,50)": ({"hidden_layer_sizes": (50, 50)}, {}),
-    "(50,)-kept": ({"hidden_layer_sizes": [(50,)]}, {"REFIT": False}),
-    "(50,)-tol=None": ({"hidden_layer_sizes": (50,), "tol": None}, {}),
-    "(50,)-evidence": ({"hidden_layer_sizes": (50,), "hyperparameter_tuning": "evidence"}, {}),
-    "auto": ({}, {}),
-    "auto-kept": ({}, {"REFIT": False}),
-    "auto-evidence": ({}, {"CRITERION": "log_evidence"}),
-    "auto-lbfgs": ({"solver": "lbfgs"}, {}),
-    "auto-averaged": ({"model_averaging": True}, {}),
+    "()": {"hidden_layer_sizes": ()},
+    "(50,)": {"hidden_layer_sizes": (50,)},
+    "(50,50)": {"hidden_layer_sizes": (50, 50)},
+    "(50,)-tol=None": {"hidden_layer_sizes": (50,), "tol": None},
+    "(50,)-evidence": {"hidden_layer_sizes": (50,), "hyperparameter_tuning": "evidence"},
+    "auto": {},
+    "auto-lbfgs": {"solver": "lbfgs"},
+    "auto-averaged": {"model_averaging": True},
 }
-
-
-@contextlib.contextmanager
-def switches(values):
-    """Set module attributes of :mod:`sklaplace.estimators._selection` for the duration."""
-    old = {k: getattr(_selection, k) for k in values}
-    try:
-        for k, v in values.items():
-            setattr(_selection, k, v)
-        yield
-    finally:
-        for k, v in old.items():
-            setattr(_selection, k, v)
 
 
 def run(datasets, variants, n_splits, max_rows, log=print):
@@ -89,9 +70,8 @@ def run(datasets, variants, n_splits, max_rows, log=print):
                                     seconds=seconds))
             cls = LaplaceClassifier if task == "classification" else LaplaceRegressor
             for variant in variants:
-                params, switch = VARIANTS[variant]
-                pipe = make_pipeline(cls(random_state=seed + k, **params))
-                with warnings.catch_warnings(), switches(switch):
+                pipe = make_pipeline(cls(random_state=seed + k, **VARIANTS[variant]))
+                with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     t0 = time.perf_counter()
                     pipe.fit(Xtr, ytr)

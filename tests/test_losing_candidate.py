@@ -30,7 +30,6 @@ def sine_rows(n=300, seed=0):
 
 @pytest.fixture(autouse=True)
 def rule_on(monkeypatch):
-    monkeypatch.setattr(_selection, "STOP_LOSING", True)
     monkeypatch.setattr(_selection, "LOSING_MIN_STEPS", 0)  # tiny data: epochs of 2 steps
 
 
@@ -123,25 +122,11 @@ def test_a_stopped_candidate_is_logged(capsys):
     assert "hidden_layer_sizes=(20,): stopped after" in capsys.readouterr().out
 
 
-def test_the_rule_off_trains_the_losing_candidate_longer(monkeypatch):
-    X, y = linear_rows()
-    stopped = fit(X, y).model_selection_results_["n_iter"][1]
-    monkeypatch.setattr(_selection, "STOP_LOSING", False)
-    r = fit(X, y).model_selection_results_
-    assert not r["stopped_losing"].any()
-    assert r["n_iter"][1] > stopped
-
-
-def test_the_chosen_model_is_unchanged_where_the_larger_candidate_wins(monkeypatch):
+def test_a_winning_larger_candidate_is_not_stopped():
     X, y = sine_rows()
-    on = fit(X, y)
-    monkeypatch.setattr(_selection, "STOP_LOSING", False)
-    off = fit(X, y)
-    assert on.hidden_layer_sizes_ == off.hidden_layer_sizes_ == (20,)
-    assert not on.model_selection_results_["stopped_losing"].any()
-    np.testing.assert_array_equal(on.model_selection_results_["n_iter"],
-                                  off.model_selection_results_["n_iter"])
-    np.testing.assert_array_equal(on.predict(X), off.predict(X))
+    est = fit(X, y)
+    assert est.hidden_layer_sizes_ == (20,)
+    assert not est.model_selection_results_["stopped_losing"].any()
 
 
 def test_few_steps_an_epoch_delay_the_stop(monkeypatch):
@@ -163,8 +148,6 @@ def test_the_least_steps_count_from_the_start(monkeypatch, batch_size, n_rows, e
     monkeypatch.setattr(_selection, "LOSING_MIN_STEPS", 2000)
     s = types.SimpleNamespace(n_iter_no_change=10, batch_size=batch_size)
     assert _selection.losing_patience(s, n_rows) == expected
-    monkeypatch.setattr(_selection, "LOSING_MIN_STEPS_OF", "stall")  # the earlier rule
-    assert _selection.losing_patience(s, n_rows) == (max(expected), 0)
 
 
 def test_a_stalled_candidate_does_not_stop_before_its_least_epochs():
@@ -176,32 +159,3 @@ def test_a_stalled_candidate_does_not_stop_before_its_least_epochs():
     module = nn.Linear(2, 1, bias=False).double()
     assert drive(callback, fake_net(module), [[0.5, -0.5]] * 10) == 7  # not 4
     assert callback.stopped_
-
-
-def test_no_reference_stops_any_stalled_candidate():
-    # STOP_STALLED: every candidate after the linear model stops on a stall
-    callback, stopped = rule_case(reference=None, weights=[[0.5, -0.5]] * 10)
-    assert stopped == 4 and callback.stopped_
-
-
-def test_stop_stalled_stops_a_winning_candidate_too(monkeypatch):
-    rng = np.random.RandomState(0)
-    X = rng.uniform(-2, 2, size=(300, 2))
-    y = np.abs(X[:, 0]) + 0.3 * rng.normal(size=300)
-    assert not fit(X, y).model_selection_results_["stopped_losing"].any()
-    monkeypatch.setattr(_selection, "STOP_STALLED", True)
-    est = fit(X, y)
-    r = est.model_selection_results_
-    assert est.hidden_layer_sizes_ == (20,)
-    assert list(r["stopped_losing"]) == [False, True] and r["n_iter"][1] < 100
-
-
-def test_the_refit_cap_bounds_only_a_stopped_candidates_refit(monkeypatch):
-    s = types.SimpleNamespace(max_epochs=200, lr=0.01)
-    results = {"hidden_layer_sizes": [(), (50,), (50, 50)], "n_iter": np.array([15, 40, 35]),
-               "stopped_losing": np.array([False, True, False])}
-    assert _selection.refit_settings(s, results, (50,)) is s  # REFIT_CAP off
-    monkeypatch.setattr(_selection, "REFIT_CAP", True)
-    capped = _selection.refit_settings(s, results, (50,))
-    assert capped.max_epochs == 40 and capped.lr == 0.01 and s.max_epochs == 200
-    assert _selection.refit_settings(s, results, (50, 50)) is s

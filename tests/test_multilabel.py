@@ -336,8 +336,6 @@ def test_the_multilabel_benchmark_tasks_and_scores():
     expected = -np.mean(np.log([0.9, 0.8, 0.7, 0.6]))
     assert multilabel.per_label_nll(Y_small, proba) == pytest.approx(expected)
     assert multilabel.confidence(proba) == pytest.approx(np.mean([0.9, 0.8, 0.7, 0.6]))
-    off = build_parser().parse_args(["multilabel", "--decay-step", "1"])
-    assert off.decay_step == 1.0 and args.decay_step is None
     split = {"LA": dict(nll=0.45, acc=0.8, conf3=0.6, time=6.0, sizes=(50,), prior=10.0,
                         n_fits=3),
              "MAP": dict(nll=0.46, acc=0.8, conf3=0.9, time=np.nan),

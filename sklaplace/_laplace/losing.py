@@ -62,9 +62,8 @@ class LosingCandidate(Callback):
         The held-out rows (``y`` in model units, as trained).
     likelihood : str
         The likelihood's name.
-    reference : float or None
-        The best smaller candidate's held-out plug-in NLL (:func:`plugin_nll`); None
-        stops on the stall alone (early stopping on the held-out rows).
+    reference : float
+        The best smaller candidate's held-out plug-in NLL (:func:`plugin_nll`).
     patience : int
         Epochs without an improvement by ``tol`` that stop a candidate behind
         ``reference``.
@@ -135,7 +134,7 @@ class LosingCandidate(Callback):
             self._no_improvement += epoch - self._last
         self._last = epoch
         self.best_nll_ = min(self.best_nll_, nll)
-        behind = self.reference is None or self.best_nll_ > self.reference
+        behind = self.best_nll_ > self.reference
         if self._no_improvement >= self.patience and behind and epoch >= self.min_epochs:
             self.stopped_ = True
             raise Converged

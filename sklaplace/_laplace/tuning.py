@@ -161,8 +161,8 @@ def grid_losses(evidence, posterior, subset, Xv, yv, scorers, *, sampled=False,
     """(the δ grid, held-out NLL per δ and row (K, n)) of a classifier's predictive of
     ``posterior`` (its curvature, without prior) on (Xv, yv): the GLM moments of every δ
     from one pass of Jacobians, or with ``sampled`` the net at the same draws for each
-    whole decade of the grid. What :func:`by_held_out` chooses from; held-out rows of
-    several fits pool their rows' losses (``_crossfit``)."""
+    whole decade of the grid. What :func:`by_held_out` chooses from (and the dask fit's
+    held-out rows, partition by partition)."""
     deltas = 10.0 ** (LOG10_PRIOR_GRID[::4] if sampled else LOG10_PRIOR_GRID)
     nll, nll_of_samples = scorers
     scale = float(evidence.scale(None))

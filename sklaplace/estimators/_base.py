@@ -30,7 +30,6 @@ from sklearn.utils.validation import check_is_fitted
 from . import _averaging as averaging
 from .._laplace import policy
 from ._dask import is_dask
-from . import _crossfit as crossfit
 from . import _selection as selection
 from . import _warmup as warmup
 from ._fitting import fit_laplace
@@ -94,7 +93,7 @@ class BaseLaplace(BaseEstimator):
         auto = (s.net is None and task is None
                 and selection.candidates(s.hidden_layer_sizes, X.shape[1], n_outputs) is not None)
         # the heteroscedastic default MLP: the selection of its mean-first phase (_warmup)
-        hetero = auto and likelihood_default == "heteroscedastic" and warmup.WARM_UP
+        hetero = auto and likelihood_default == "heteroscedastic"
         auto = auto and likelihood_default != "heteroscedastic"
         if s.net is None and not hetero:  # partial_fit keeps one architecture over its tasks
             s.hidden_layer_sizes = (s.hidden_layer_sizes if auto
@@ -116,23 +115,17 @@ class BaseLaplace(BaseEstimator):
                 tuning=tuning_, seed=split_seed, stratify=stratify, prepare=prepare,
                 scorers=pipe.scorers, offset=self._evidence_offset,
                 averaging=self.model_averaging,
-                retry_overfit=pipe.likelihood.multilabel and selection.DECAY_STEP != 1)
-            split = validation_split(len(X), s.validation_fraction, split_seed,
-                                     labels=y_model if stratify else None)
+                retry_overfit=pipe.likelihood.multilabel)
 
             def refit(sizes, fit, scale=1.0):
-                s_ = selection.refit_settings(s, results, sizes)  # (REFIT_CAP)
-                pipe_ = self._pipeline(s_, X, n_outputs, likelihood_default, tuning_, targets,
+                pipe_ = self._pipeline(s, X, n_outputs, likelihood_default, tuning_, targets,
                                        train_seed, prediction_seed, sizes, "lbfgs" if sizes
                                        == () and s.solver == "adam" else None, scale)
-                return self._refit(s_, pipe_, fit, X, y_model, sample_weight, split,
-                                   split_seed + 1)
+                return self._refit(pipe_, fit, X, y_model, sample_weight)
 
             if mixture is not None:
                 return averaging.store(self, *mixture, results, refit)
-            if selection.REFIT:  # see _selection
-                fit = refit(sizes, fit, scale)
-            self._store(*fit)
+            self._store(*refit(sizes, fit, scale))
             self.hidden_layer_sizes_, self.model_selection_results_ = sizes, results
             return self
         mean_start = results = None
@@ -177,22 +170,14 @@ class BaseLaplace(BaseEstimator):
             self.model_selection_results_ = results
         return self
 
-    def _refit(self, s, pipe, first, X, y_model, sample_weight, split, seed):
+    def _refit(self, pipe, first, X, y_model, sample_weight):
         """The chosen candidate trained on, warm, on all rows, its LA at the selection
-        pass's held-out δ ("cv"; "online" tunes again during that training), pooled
-        over more folds where ``_crossfit.POOLED_ROWS`` asks (off by default); ``split``:
-        the selection's (fit rows, held-out rows)."""
+        pass's held-out δ ("cv"; "online" tunes again during that training)."""
         fitted = first[3]
         chosen = fitted.hyper if fitted.tuning == "cv" else None
         nll = fitted.report.get("validation_nll")
-        if chosen is not None and len(split[1]) >= policy.MIN_HELD_OUT_ROWS:
-            pooled = crossfit.pooled_choice(s, fitted, split[1], pipe, X, y_model,
-                                            sample_weight, split[0], seed)
-            if pooled is not None:
-                chosen, nll = pooled
-        init = first[0].module_ if selection.REFIT_START == "warm" else None
         net_, n_iter, curve = pipe.train(X, y_model, sample_weight=sample_weight,
-                                         init_module=init,
+                                         init_module=first[0].module_,
                                          callbacks=pipe.callbacks(y_model, sample_weight),
                                          what=f"MAP training on all {len(X)} rows")
         refit = pipe.laplace(net_, X=X, y_model=y_model, sample_weight=sample_weight,

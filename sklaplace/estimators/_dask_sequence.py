@@ -13,9 +13,7 @@ The steps are the in-memory ``BaseLaplace._fit``'s, with the rows left on the wo
   stop of :mod:`._selection` (shared: :func:`._selection.run_candidates`,
   :func:`._selection.summarize`), each candidate trained on the fit rows
   (:mod:`._dask_train`: full-batch L-BFGS, every candidate) and scored by the held-out
-  rows; the chosen one trained on, warm, on all rows (``_selection.REFIT``,
-  ``REFIT_START``) with its LA at the held-out δ. The in-memory option of pooling δ
-  over folds (``_crossfit``) is off by default and not done here.
+  rows; the chosen one trained on, warm, on all rows with its LA at the held-out δ.
 
 The regressor's ``"auto"`` tuning is ``"online"`` as in memory: every
 ``online_frequency`` epochs the curvature of the current net is a reduction over the
@@ -147,15 +145,13 @@ def _select(estimator, s, pairs, stats, classifier, info, tuning, sizes, seed):
     fits, rows = selection.run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one)
     best, results = selection.summarize(sizes, rows, by_evidence, s.prior_precision)
     net, n_iter, curve, fitted = fits[best]
-    if selection.REFIT:
-        chosen = fitted.hyper if fitted.tuning == "cv" else None
-        report = None if chosen is None else {"validation_nll": fitted.report["validation_nll"]}
-        init = net.module_ if selection.REFIT_START == "warm" else None
-        net = train_on_parts(estimator, pairs, stats, info, sizes[best], init,
-                             what=f"MAP training on all {stats['rows']} rows",
-                             online=tuning == "online")
-        fitted = laplace_on_parts(estimator, pairs, stats, classifier, net, info, tuning,
-                                  chosen=chosen, report=report)
+    chosen = fitted.hyper if fitted.tuning == "cv" else None
+    report = None if chosen is None else {"validation_nll": fitted.report["validation_nll"]}
+    net = train_on_parts(estimator, pairs, stats, info, sizes[best], net.module_,
+                         what=f"MAP training on all {stats['rows']} rows",
+                         online=tuning == "online")
+    fitted = laplace_on_parts(estimator, pairs, stats, classifier, net, info, tuning,
+                              chosen=chosen, report=report)
     store(estimator, net, fitted)
     estimator.hidden_layer_sizes_, estimator.model_selection_results_ = sizes[best], results
     return estimator

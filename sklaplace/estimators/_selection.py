@@ -11,20 +11,19 @@ linear model trains by L-BFGS under the default ``solver``: its MAP is a convex
 problem that Adam's epochs often stop short of. The chosen candidate is then trained
 on, warm, on all rows, and its LA fitted there at the held-out δ (``"cv"``; as one
 architecture's refit) — keeping the selection pass's fit instead (no δ transferred to
-a further-trained net, 20 % fewer rows) measured worse (``REFIT``, docs/benchmarks.md).
+a further-trained net, 20 % fewer rows) measured worse (docs/defaults.md).
 With fewer than ``MIN_HELD_OUT_ROWS`` held-out rows each candidate is trained on all
 rows and the Laplace evidence decides.
 
 Under online tuning a candidate whose held-out NLL of the MAP plug-in predictive stalls
-behind the smaller candidates' stops training (``STOP_LOSING``,
-:mod:`sklaplace._laplace.losing`); ``model_selection_results_`` records each candidate's
+behind the smaller candidates' stops training (:mod:`sklaplace._laplace.losing`); ``model_selection_results_`` records each candidate's
 epochs (``n_iter``) and whether it was stopped (``stopped_losing``).
 
 Multilabel y (one sigmoid per label): a candidate that does not improve while its
 held-out δ is at or below the prior precision it trained under (:func:`overfits`: the
 held-out rows ask for a posterior at least as broad as the training prior, so its MAP
-is overconfident there) is trained once more at ``DECAY_STEP`` × that prior, scored the
-same way, and the search ends there; the chosen row's prior is the refit's
+is overconfident there) is trained once more, afresh from the same initialization, at
+``DECAY_STEP`` × that prior, scored the same way, and the search ends there; the chosen row's prior is the refit's
 (``training_prior_precision`` in the results). On the multilabel scoreboard's synthetic
 sets the (50,) net at 10× wins where at 1× it lost to the linear model; the real tables
 never trigger it (docs/benchmarks.md, "Multilabel classification").
@@ -36,7 +35,6 @@ keeps one architecture over its tasks: "auto" there means ``CONTINUAL_SIZES``.
 import math
 import numbers
 import time
-import types
 import warnings
 
 import numpy as np
@@ -49,41 +47,15 @@ from .._laplace import tuning as tuners
 from .._laplace.holdout import validation_split
 from .._laplace.policy import MIN_HELD_OUT_ROWS
 
-#: Train the chosen candidate on, warm, on all rows at the held-out δ (as one
-#: architecture's "cv" refit); False keeps the selection pass's fit (measured worse).
-REFIT = True
-#: How the chosen candidate's refit on all rows starts: "warm" (from the selection
-#: pass's net) or "cold" (a fresh training from the same initialization).
-REFIT_START = "warm"
-#: Which score chooses: "held_out_nll", or "log_evidence" (measured; not the default).
-CRITERION = "held_out_nll"
 #: Multilabel y: the factor of the prior precision at which a candidate that
-#: overfits (:func:`overfits`) is trained once more (1: never).
+#: overfits (:func:`overfits`) is trained once more.
 DECAY_STEP = 10.0
-#: How that training starts: "cold" (afresh, from the same initialization) or "warm"
-#: (from the candidate's net under the weaker prior; measured: no faster, no better).
-RETRY_START = "cold"
-#: Under online tuning, a candidate whose held-out plug-in NLL stalls behind the smaller
-#: candidates' stops training (:mod:`sklaplace._laplace.losing`).
-STOP_LOSING = True
-#: Epochs that NLL may stall before a losing candidate stops (None: ``n_iter_no_change``),
-#: and ``LOSING_MIN_STEPS`` optimizer steps that a candidate trains before it can stop: the
-#: plateau of a net's first steps lasts steps, not epochs (yacht's (50, 50), 2 steps an
-#: epoch, stopped after 35 epochs lost to the (50,) it would have beaten: docs/benchmarks.md,
-#: "The default fit at 10⁴–10⁶ rows").
-LOSING_PATIENCE = None
+#: Optimizer steps that a candidate trains, counted from its start, before it can stop as
+#: losing (it may stall ``n_iter_no_change`` epochs): the plateau of a net's first steps
+#: lasts steps, not epochs (yacht's (50, 50), 2 steps an epoch, stopped after 35 epochs
+#: lost to the (50,) it would have beaten: docs/benchmarks.md, "The default fit at
+#: 10⁴–10⁶ rows").
 LOSING_MIN_STEPS = 2000
-#: What those steps bound: "trained" (the candidate's steps from its start) or "stall" (the
-#: steps of the stall itself, as the epochs; measured: under ``batch_size="auto"``'s 16-step
-#: epochs a stall of 125 epochs, so a losing candidate above 2,048 rows trained to
-#: ``max_epochs``; not the default).
-LOSING_MIN_STEPS_OF = "trained"
-#: Stop every candidate after the linear model on that stall, not only a losing one (as
-#: early stopping on the held-out rows; measured: not the default).
-STOP_STALLED = False
-#: The refit of a chosen candidate that the held-out rule stopped trains at most as many
-#: epochs as it did (measured at 10⁵ rows only: not the default).
-REFIT_CAP = False
 #: The candidates of ``hidden_layer_sizes="auto"``, by capacity.
 AUTO_CANDIDATES = ((), (50,), (50, 50))
 #: What "auto" means where one architecture must serve several fits (``partial_fit``).
@@ -179,24 +151,23 @@ def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one, retry=
     n_params, held-out NLL (NaN with ``by_evidence``), log evidence); the in-memory and
     the dask fits (:mod:`._dask_sequence`) share the search. ``retry`` (multilabel y, in
     memory): a candidate that :func:`overfits` is fitted once more by ``fit_one(sizes,
-    DECAY_STEP, its fit)`` (the factor of its training prior), and the search ends there.
+    DECAY_STEP)`` (the factor of its training prior), and the search ends there.
     A row: (sizes, n_params, held-out NLL, log evidence, seconds, training prior factor,
-    epochs, whether :data:`STOP_LOSING` stopped it (``fit_one``'s optional fifth value)).
+    epochs, whether the losing rule stopped it (``fit_one``'s optional fifth value)).
     """
-    greedy = not by_evidence and CRITERION == "held_out_nll"
+    greedy = not by_evidence
     fits, rows, stop = [], [], False
 
-    def fit_timed(c, *scale_and_fit):
+    def fit_timed(c, *scale):
         start = time.perf_counter()
-        fit, n_params, nll, evidence, *stopped = fit_one(c, *scale_and_fit)
+        fit, n_params, nll, evidence, *stopped = fit_one(c, *scale)
         seconds = time.perf_counter() - start
-        name = f"hidden_layer_sizes={c}" + (
-            f" at {scale_and_fit[0]:g}× the prior" if scale_and_fit else "")
+        name = f"hidden_layer_sizes={c}" + (f" at {scale[0]:g}× the prior" if scale else "")
         s.log(f"{name}: held-out NLL {nll:.4f}, log evidence {evidence:.2f} "
               f"({seconds:.2f} s)")
         fits.append(fit)
         rows.append((c, int(n_params), nll, evidence, seconds,
-                     scale_and_fit[0] if scale_and_fit else 1.0, int(fit[1]),
+                     scale[0] if scale else 1.0, int(fit[1]),
                      bool(stopped and stopped[0])))
 
     for c in sizes:
@@ -212,19 +183,9 @@ def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one, retry=
             s.log(f"hidden_layer_sizes={c}: its held-out δ "
                   f"{fits[-1][3].hyper.prior_precision:.3g} is at or below the prior it "
                   f"trained under: trained again at {DECAY_STEP:g}×")
-            fit_timed(c, DECAY_STEP, fits[-1])
+            fit_timed(c, DECAY_STEP)
             stop = True
     return fits, rows
-
-
-def refit_settings(s, results, sizes):
-    """The settings of candidate ``sizes``'s refit: ``s``, its ``max_epochs`` capped at the
-    candidate's epochs where :data:`REFIT_CAP` and the held-out rule stopped it."""
-    i = results["hidden_layer_sizes"].index(tuple(sizes))
-    if not (REFIT_CAP and results["stopped_losing"][i]):
-        return s
-    return types.SimpleNamespace(**{**vars(s), "max_epochs": int(min(
-        s.max_epochs, results["n_iter"][i]))})
 
 
 def overfits(rows, fitted, prior_precision):
@@ -248,21 +209,16 @@ def _scaled(prior_precision, scale):
 
 def losing_patience(s, n_rows):
     """(patience, least epochs) of a losing candidate that trains on ``n_rows`` rows under
-    the settings ``s``: the epochs its held-out NLL may stall (:data:`LOSING_PATIENCE`) and
+    the settings ``s``: the epochs its held-out NLL may stall (``n_iter_no_change``) and
     the epochs before which it does not stop (:data:`LOSING_MIN_STEPS`)."""
-    epochs = s.n_iter_no_change if LOSING_PATIENCE is None else LOSING_PATIENCE
     batch = min(policy.batch_rows(s.batch_size, n_rows), n_rows)
-    steps = math.ceil(LOSING_MIN_STEPS / math.ceil(n_rows / batch))
-    if LOSING_MIN_STEPS_OF == "stall":
-        return max(epochs, steps), 0
-    return epochs, steps
+    return s.n_iter_no_change, math.ceil(LOSING_MIN_STEPS / math.ceil(n_rows / batch))
 
 
 def summarize(sizes, rows, by_evidence, prior_precision):
     """(index of the chosen candidate, ``model_selection_results_``) of the candidates'
     ``rows`` (:func:`run_candidates`) trained under their factor of ``prior_precision``;
     a ``ConvergenceWarning`` where the largest won."""
-    by_evidence = by_evidence or CRITERION == "log_evidence"
     scores = -np.array([r[3] for r in rows]) if by_evidence else np.array([r[2] for r in rows])
     scores = np.where(np.isnan(scores), np.inf, scores)  # skipped candidates rank last
     best = int(np.argmin(scores))
@@ -282,7 +238,7 @@ def summarize(sizes, rows, by_evidence, prior_precision):
         # the prior precision of each candidate's MAP training
         "training_prior_precision": [_scaled(prior_precision, r[5]) for r in rows],
         "n_iter": np.array([r[6] for r in rows], dtype=int),  # its MAP training's epochs
-        "stopped_losing": np.array([r[7] for r in rows], dtype=bool),  # STOP_LOSING
+        "stopped_losing": np.array([r[7] for r in rows], dtype=bool),  # the losing rule
         "rank": np.argsort(np.argsort(scores, kind="stable"), kind="stable") + 1,
     }
     return best, results
@@ -309,16 +265,14 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
     Xf, yf = X[fit_rows], y_model[fit_rows]
     wf = None if sample_weight is None else sample_weight[fit_rows]
     w_val = None if sample_weight is None else sample_weight[held_out]
-    row_losses, plugins = [], []  # the candidates' held-out plug-in NLLs (STOP_LOSING)
-    watch = (STOP_LOSING and tuning == "online" and not by_evidence and not averaging
-             and s.tol is not None and CRITERION == "held_out_nll")
+    row_losses, plugins = [], []  # the candidates' held-out plug-in NLLs (losing rule)
+    watch = tuning == "online" and not by_evidence and not averaging and s.tol is not None
     patience, min_epochs = losing_patience(s, len(Xf))
 
-    def fit_one(c, scale=1.0, weaker=None):
+    def fit_one(c, scale=1.0):
         # the linear model's MAP is a convex problem: L-BFGS solves it (Adam's default
         # epochs often stop short of it)
         pipe = prepare(c, "lbfgs" if c == () and s.solver == "adam" else None, scale)
-        init = weaker[0].module_ if weaker is not None and RETRY_START == "warm" else None
         validation = None
         if tuning == "cv" and not by_evidence:
             validation = (X[held_out], y_model[held_out], w_val)
@@ -326,18 +280,17 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
         if watch and plugins:  # behind the best smaller candidate, it stops (module doc)
             callbacks.append(losing.LosingCandidate(
                 X[held_out], y_model[held_out], pipe.likelihood.name,
-                None if STOP_STALLED else min(plugins), patience, s.tol, w_val,
+                min(plugins), patience, s.tol, w_val,
                 min_epochs=min_epochs))
         name = f"hidden_layer_sizes={c}" + (f" at {scale:g}× the prior" if scale != 1 else "")
         net_, n_iter, curve = pipe.train(
-            Xf, yf, sample_weight=wf, callbacks=callbacks, init_module=init,
+            Xf, yf, sample_weight=wf, callbacks=callbacks,
             what=f"{name}: MAP training on {len(Xf)} of {len(X)} rows")
         stop = losing.detach(net_)
         if stop is not None and stop.stopped_:
             s.log(f"{name}: stopped after {n_iter} epochs: its held-out NLL (MAP plug-in) "
-                  f"{stop.best_nll_:.4f} did not improve for {patience} epochs" + (
-                      "" if stop.reference is None else
-                      f", behind the smaller candidates' {stop.reference:.4f}"))
+                  f"{stop.best_nll_:.4f} did not improve for {patience} epochs, behind the "
+                  f"smaller candidates' {stop.reference:.4f}")
         fitted = pipe.laplace(net_, X=Xf, y_model=yf, sample_weight=wf,
                               validation=validation)
         evidence = evidence_at_optimum(fitted, s, yf, wf) + offset(fitted)
@@ -366,7 +319,6 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
     fits, rows = run_candidates(s, sizes, X.shape[1], n_outputs, by_evidence, fit_one,
                                 retry=retry)
     best, results = summarize(sizes, rows, by_evidence, s.prior_precision)
-    by_evidence = by_evidence or CRITERION == "log_evidence"
     mixture = None
     if averaging:
         done = [i for i, fit in enumerate(fits) if fit is not None]

@@ -37,13 +37,11 @@ from .._laplace.online import OnlineEvidence
 from .._laplace.subsets import _to_module
 from . import _selection as selection
 
-WARM_UP = True
-
 
 def applies(s, likelihood, frozen, init_module):
     """Whether the training of this fit starts with the mean alone."""
     return (likelihood.name == "heteroscedastic" and s.net is None and frozen is None
-            and init_module is None and WARM_UP)
+            and init_module is None)
 
 
 def mean_sizes(hidden, n_features, n_targets):
@@ -59,15 +57,14 @@ def select_mean(s, X, y_model, sample_weight, tuning, seed, prepare, offset):
     """The architecture of ``hidden_layer_sizes="auto"`` (or a list): the default's
     selection among the one-σ mean networks (:func:`._selection.select`, on the split of
     ``seed``); (the chosen sizes, how its mean's training on all rows starts, as the
-    default's refit: (the chosen candidate's selection net, or None where ``REFIT_START``
-    is "cold"; the solver), ``model_selection_results_``). ``prepare(sizes, solver,
+    default's refit: (the chosen candidate's selection net, the solver),
+    ``model_selection_results_``). ``prepare(sizes, solver,
     prior_scale)``: the pipeline of the mean alone (the Gaussian likelihood, T outputs)."""
     *fit, (sizes, _), results, _ = selection.select(
         s, s.hidden_layer_sizes, X, y_model, y_model.shape[1], sample_weight, tuning=tuning,
         seed=seed, stratify=False, prepare=prepare, scorers=None, offset=offset)
     sizes = tuple(sizes)
-    module = fit[0].module_ if selection.REFIT_START == "warm" else None
-    return sizes, (module, "lbfgs" if sizes == () and s.solver == "adam" else s.solver), results
+    return sizes, (fit[0].module_, "lbfgs" if sizes == () and s.solver == "adam" else s.solver), results
 
 
 def train_mean(s, X, y_model, hyper, seed, sample_weight, callbacks, online_callbacks, sizes,
