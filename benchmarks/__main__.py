@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "all": ".all",
     "transfer": ".transfer",
     "online_stop": ".online_stop",
+    "decisions": ".decisions",
 }
 
 
