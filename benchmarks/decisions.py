@@ -13,11 +13,11 @@ tuning task: 1 − the 5-fold CV R² of ``HistGradientBoostingRegressor(learning
 max_leaf_nodes)`` on ``load_diabetes`` (its regret is against the best value any run of the
 command found). Methods (``--methods``): ``LA`` (``LaplaceRegressor()``), ``LA-(50,)``
 (``hidden_layer_sizes=(50,)``), ``GP`` (scikit-optimize's own), ``random``
-(random points throughout, as ``base_estimator="dummy"``) and ``MLPx5`` (five ``MLPRegressor``, their mean and std,
-``acq_optimizer="sampling"``). Reported: the simple regret (best value so far − minimum)
-after the last evaluation, its median and quartiles over seeds, and the wall time of
-``tell`` + the next ``ask`` (the surrogate's fit and the acquisition's optimisation) over the
-last ten evaluations.
+(random points throughout, as ``base_estimator="dummy"``) and ``MLPx5`` (five
+``MLPRegressor``, their mean and std, ``acq_optimizer="sampling"``). Reported: the simple
+regret (best value so far − minimum) after the last evaluation, its median and quartiles over
+seeds, and the wall time of ``tell`` + the next ``ask`` (the surrogate's fit and the
+acquisition's optimisation) over the last ten evaluations.
 
 **Active learning** (``al``): a pool (70 % of the set, stratified; standardised features)
 and a test set (30 %); ``--initial`` random labels, then batches of ``--batch`` until
@@ -80,8 +80,8 @@ class MLPEnsembleRegressor(RegressorMixin, BaseEstimator):
             warnings.simplefilter("ignore")
             for k in range(self.n_members):
                 self.members_.append(MLPRegressor(
-                    hidden_layer_sizes=self.hidden_layer_sizes, solver="lbfgs", max_iter=500, alpha=1e-3,
-                    random_state=seed + k).fit(X, (y - self.y_mean_) / self.y_scale_))
+                    hidden_layer_sizes=self.hidden_layer_sizes, solver="lbfgs", max_iter=500,
+                    alpha=1e-3, random_state=seed + k).fit(X, (y - self.y_mean_) / self.y_scale_))
         return self
 
     def predict(self, X, return_std=False):
@@ -140,27 +140,28 @@ def _optimizer(method, dimensions, seed):
 
 
 def run_bo(functions, methods, n_evaluations, seeds, log=print, checkpoint=None):
-    """Records: one per (function, method, seed) with ``values`` (each evaluation's) and
-    ``seconds`` (``tell`` of that evaluation + the next ``ask``)."""
+    """Records: one per (function, method, seed) with ``points`` and ``values`` (each
+    evaluation's) and ``seconds`` (``tell`` of that evaluation + the next ``ask``)."""
     records = []
     for name in functions:
         objective = _objective(name)
         for method in methods:
             for seed in seeds:
                 opt = _optimizer(method, _dimensions(name), seed)
-                values, seconds = [], []
+                values, seconds, points = [], [], []
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     x = opt.ask()
                     for _ in range(n_evaluations):
                         y = objective(x)
+                        points.append([float(v) for v in x])
                         t0 = time.perf_counter()
                         opt.tell(x, y)
                         x = opt.ask()
                         seconds.append(time.perf_counter() - t0)
                         values.append(y)
                 records.append(dict(section="bo", function=name, method=method, seed=seed,
-                                    values=values, seconds=seconds))
+                                    values=values, seconds=seconds, points=points))
                 best = FUNCTIONS[name][1]
                 log(f"{name} {method} seed {seed}: best {min(values):.4f}"
                     + (f" (regret {min(values) - best:.4f})" if best is not None else "")
