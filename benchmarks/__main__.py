@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "coldstart": ".cold_start",
     "selection": ".selection",
     "all": ".all",
+    "decisions": ".decisions",
 }
 
 
