@@ -211,8 +211,8 @@ def _model_file(tmp_path):
     return skio.save(est, tmp_path / "good.sklaplace")
 
 
-def _rewrite(src, dst, replace=None, add=None):
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+def _rewrite(src, dst, replace=None, add=None, compress=zipfile.ZIP_STORED):
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compress) as zout:
         for name in zin.namelist():
             data = zin.read(name)
             if replace and name in replace:
@@ -251,13 +251,13 @@ def test_pickle_payloads_are_refused_and_never_run(tmp_path):
         assert not marker.exists(), what
 
 
-def _edit_document(src, dst, edit):
+def _edit_document(src, dst, edit, compress=zipfile.ZIP_STORED):
     def change(data):
         doc = json.loads(data)
         edit(doc)
         return json.dumps(doc).encode()
 
-    return _rewrite(src, dst, replace={"sklaplace.json": change})
+    return _rewrite(src, dst, replace={"sklaplace.json": change}, compress=compress)
 
 
 def test_unknown_types_and_classes_are_refused(tmp_path):

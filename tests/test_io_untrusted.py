@@ -2,6 +2,7 @@
 damaged or inconsistent file is a ValueError naming it, raised before any large
 allocation."""
 
+import functools
 import io
 import json
 import re
@@ -19,6 +20,7 @@ from torch import nn
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
 from sklaplace import io as skio
+import test_io
 from test_io import TinyNet  # the user module of the round-trip tests, saved by its name
 
 X, y = make_classification(48, 4, n_informative=3, n_redundant=0, n_classes=3, random_state=0)
@@ -68,25 +70,9 @@ def callbacks_file(request, tmp_path_factory):
     return skio.save(est, tmp_path_factory.mktemp("good") / "callbacks.sklaplace")
 
 
-def _rewrite(src, dst, replace=None, add=None, compress=zipfile.ZIP_DEFLATED):
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compress) as zout:
-        for name in zin.namelist():
-            data = zin.read(name)
-            if replace and name in replace:
-                data = replace[name](data)
-            zout.writestr(name, data)
-        for name, data in (add or {}).items():
-            zout.writestr(name, data)
-    return dst
-
-
-def _edit(src, dst, edit):
-    def change(data):
-        doc = json.loads(data)
-        edit(doc)
-        return json.dumps(doc).encode()
-
-    return _rewrite(src, dst, replace={"sklaplace.json": change})
+# the round-trip tests' rewriters, writing compressed members as save does
+_rewrite = functools.partial(test_io._rewrite, compress=zipfile.ZIP_DEFLATED)
+_edit = functools.partial(test_io._edit_document, compress=zipfile.ZIP_DEFLATED)
 
 
 def _refused(path, *words):
