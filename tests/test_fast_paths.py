@@ -35,6 +35,71 @@ def test_linear_diag_equals_jacobian_diag(likelihood, n_out, curvature):
     torch.testing.assert_close(fast, slow, rtol=1e-12, atol=1e-12)
 
 
+class _Twice(nn.Module):
+    """One nn.Linear run twice: its factors miss half of its gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(5, 5), nn.Linear(5, 2)
+
+    def forward(self, X):
+        return self.b(torch.tanh(self.a(torch.tanh(self.a(X)))))
+
+
+class _Scale(nn.Module):
+    """A parameter outside nn.Linear layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer, self.scale = nn.Linear(5, 2), nn.Parameter(torch.ones(2))
+
+    def forward(self, X):
+        return self.layer(X) * self.scale
+
+
+@pytest.mark.parametrize("likelihood,n_out", [("categorical", 3), ("bernoulli", 1),
+                                              ("gaussian", 2), ("gaussian", 1)])
+@pytest.mark.parametrize("curvature", ["ggn", "ef"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_linear_kernel_equals_the_jacobian_kernel(likelihood, n_out, curvature, weighted):
+    """The kernel from the layers' factors is UᵀU of the Jacobians, column for column,
+    so the online updates' spectrum is the factor's."""
+    torch.manual_seed(0)
+    module = MLP(5, n_out, (7, 6)).to(DT)
+    X = torch.randn(30, 5, dtype=DT)
+    if likelihood == "gaussian":
+        y = torch.randn(30, n_out, dtype=DT)
+    else:
+        y = torch.randint(0, max(n_out, 2), (30,))
+    weight = torch.rand(30, dtype=DT) + 0.5 if weighted else None
+    subset, lik = AllWeights(module), LIKELIHOODS[likelihood]()
+    out_scale = torch.full((n_out,), 0.7, dtype=DT)
+    fast = cv._linear_kernel(subset, lik, X, y, out_scale, curvature, weight)
+    with torch.no_grad():
+        U = torch.cat([JF.permute(1, 0, 2).reshape(subset.n_params, -1)
+                       for JF in cv._gram_rows(subset, lik, X, y, out_scale, curvature, weight)],
+                      1)
+    torch.testing.assert_close(fast, U.T @ U, rtol=1e-12, atol=1e-12)
+    spectrum = cv.full_curvature(subset, lik, X, y, out_scale, curvature, weight=weight,
+                                 eigenvalues_only=True)
+    torch.testing.assert_close(spectrum.lam, cv.full_curvature(
+        subset, lik, X, y, out_scale, curvature, weight=weight).lam, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("make", [_Twice, _Scale])
+def test_linear_kernel_leaves_other_nets_to_the_jacobians(make):
+    torch.manual_seed(0)
+    module = make().to(DT)
+    X, y = torch.randn(8, 5, dtype=DT), torch.randn(8, 2, dtype=DT)
+    out_scale = torch.ones(2, dtype=DT)
+    subset, lik = AllWeights(module), LIKELIHOODS["gaussian"]()
+    assert cv._linear_kernel(subset, lik, X, y, out_scale, "ggn") is None
+    if make is _Twice:  # P = 42 > N·K = 16: the kernel path, through the Jacobians
+        spectrum = cv.full_curvature(subset, lik, X, y, out_scale, eigenvalues_only=True)
+        torch.testing.assert_close(spectrum.lam, cv.full_curvature(
+            subset, lik, X, y, out_scale).lam, rtol=1e-9, atol=1e-9)
+
+
 def test_kron_rotation_matches_explicit_kronecker_product():
     g = torch.Generator().manual_seed(0)
     G = torch.randn(3, 3, dtype=DT, generator=g)

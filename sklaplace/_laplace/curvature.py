@@ -149,6 +149,10 @@ def full_curvature(
     budget = memory_budget(X.device) if budget is None else budget
     if n * K < P:
         # Determinant lemma: work with the P × N·K factor and its kernel.
+        if eigenvalues_only and subset.kind == "all":
+            kernel = _linear_kernel(subset, likelihood, X, y, out_scale, curvature, weight)
+            if kernel is not None:
+                return EigenPosterior.spectrum(kernel, P, structure)
         check_budget(8 * P * n * K * 2, f"The {structure} curvature factor", budget,
                      "hessian_structure='kron' or 'diag', or subset_of_weights='last_layer'")
         U = torch.cat([JF.reshape(JF.shape[0], P, -1).permute(1, 0, 2).reshape(P, -1)
@@ -264,6 +268,40 @@ def _linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096, wei
                 if b is not None:
                     h[b] += B2.sum(0)
     return h
+
+
+def _linear_kernel(subset, likelihood, X, y, out_scale, curvature, weight=None):
+    """The N·K × N·K kernel UᵀU of a net whose weights all sit in nn.Linear layers.
+
+    Row n's gradient of a weight block for factor column k is B_nk ⊗ a_n (and B_nk for
+    the bias), so ⟨U_nk, U_mj⟩ = Σ_l (a_n·a_m + 1) (B_nk·B_mj): per layer
+    O(N²·(in + K·out)) instead of the factor's O(N²·P), with the columns ordered n·K + k
+    as :func:`full_curvature`'s factor. None (use the Jacobians) when a layer runs more
+    than once or sees more than one input row per data row.
+    """
+    try:
+        layers = subset.linear_layers()
+    except ValueError:
+        return None
+    inputs, outputs = [[] for _ in layers], [[] for _ in layers]
+    for a, factors, exact, rows, _ in _preactivation_factors(subset, layers, likelihood, X, y,
+                                                             out_scale, curvature, weight=weight):
+        if not (exact and rows):
+            return None
+        for i in range(len(layers)):
+            inputs[i].append(a[i])
+            outputs[i].append(torch.stack([grads[i] for grads in factors], 1))  # (n, K, out)
+    n, K = X.shape[0], outputs[0][0].shape[1]
+    kernel = torch.zeros(n * K, n * K, dtype=X.dtype, device=X.device)
+    for (_, _, b), a, B in zip(layers, inputs, outputs):
+        a, B = torch.cat(a), torch.cat(B).reshape(n * K, -1)
+        S = a @ a.T
+        if b is not None:
+            S += 1
+        if K > 1:
+            S = S.repeat_interleave(K, 0).repeat_interleave(K, 1)
+        kernel += S.mul_(B @ B.T)
+    return kernel
 
 
 def diag_curvature(subset, likelihood, X, y, out_scale, curvature="ggn", weight=None):

@@ -23,9 +23,34 @@ For prediction, W = D^{-½} V (sΛ)^½ = Q diag(ω) Rᵀ (thin SVD) gives
     Σ = D^{-½} (I + W Wᵀ)⁻¹ D^{-½} = D^{-½} (I + Q diag(1/(1+ω²) − 1) Qᵀ) D^{-½}.
 """
 
+import contextlib
+
+import numpy as np
+import scipy.linalg
 import torch
 
+from ..threads import single_threaded_blas
 from .base import Posterior
+
+
+def _eigenvalues(M):
+    """Eigenvalues of the symmetric ``M``, ascending. On the CPU by scipy's LAPACK, whose
+    values-only reduction is about twice as fast as torch's (a 1,200-row kernel: 60 against
+    120 ms), on one BLAS thread where torch's thread policy chose one."""
+    if M.device.type == "cpu" and M.dtype in (torch.float32, torch.float64):
+        blas = single_threaded_blas() if torch.get_num_threads() == 1 else contextlib.nullcontext()
+        try:
+            with blas:
+                values = scipy.linalg.eigh(M.detach().numpy(), eigvals_only=True,
+                                          check_finite=False)
+            if np.isfinite(values).all():  # else torch's, which raises as it did before
+                return torch.from_numpy(np.ascontiguousarray(values))
+        except (np.linalg.LinAlgError, ValueError):
+            pass
+    try:
+        return torch.linalg.eigvalsh(M)
+    except torch.linalg.LinAlgError:  # eigh's divide-and-conquer converges more often
+        return torch.linalg.eigh(M)[0]
 
 
 class _SPDLogDet(torch.autograd.Function):
@@ -91,10 +116,7 @@ class EigenPosterior(Posterior):
     def spectrum(cls, M, n_params, structure="full"):
         """Eigenvalues only of the curvature (``M`` = H, or the kernel UᵀU with the same
         nonzero spectrum): log det at a scalar prior, no prediction or sampling."""
-        try:
-            kappa = torch.linalg.eigvalsh(M)
-        except torch.linalg.LinAlgError:  # eigh's divide-and-conquer converges more often
-            kappa = torch.linalg.eigh(M)[0]
+        kappa = _eigenvalues(M)
         if M.shape[0] < n_params:  # the kernel: drop its numerical zeros as from_factor does
             kappa = kappa[kappa > kappa.max().clamp_min(0) * n_params * torch.finfo(M.dtype).eps]
         return cls(None, kappa, n_params, structure)
