@@ -146,6 +146,68 @@ class Evidence:
             return self.rebuild(1.0 / sigma.detach().to(self.theta.device))
         return self.posterior
 
+    def closed_form(self, tune_sigma, log_sigma0):
+        """(objective, hessian) of x = (log δ[, log σ]) ↦ −log Z in closed form, in float64
+        numpy, for a scalar δ and a scalar σ (or none) where the posterior's determinant is
+        a sum over a spectrum κ (:meth:`~.posterior.base.Posterior.scalar_spectrum`); None
+        otherwise. With d = δ, a_j = s·κ_j, w_j = 1/(a_j + d), q = θᵀθ:
+
+            ∂ log Z/∂ log δ = ½ (r − d·q − d Σ w_j),
+            ∂ log Z/∂ log σ = (S/σ² − N·C)/T + ½ p Σ a_j w_j  (s ∝ σ⁻ᵖ, S = Σ SSE),
+
+        the same function and gradients :meth:`__call__` gives by autograd, O(r) an
+        evaluation without a graph.
+        """
+        if type(self).__call__ is not Evidence.__call__:  # another function of (δ, σ)
+            return None
+        spectrum = self.posterior.scalar_spectrum()
+        if spectrum is None or (self.gaussian and (log_sigma0 is None
+                                                   or np.ndim(log_sigma0) > 0)):
+            return None
+        kappa, n_params = spectrum
+        kappa = kappa.detach().to(device="cpu", dtype=torch.float64).numpy()
+        r, q, T = kappa.size, float(self.theta.double() @ self.theta.double()), self.temperature
+        with_sigma = self.gaussian and tune_sigma
+        p = noise_power(self.curvature)
+        if self.gaussian:
+            S, NC = float(self.sse.double().sum()), self.n_rows * self.sse.numel()
+        fixed_v = None if log_sigma0 is None else float(log_sigma0)
+
+        def parts(x):
+            u = x[0]
+            v = x[1] if with_sigma else fixed_v
+            d = math.exp(u)
+            if self.gaussian:
+                s = math.exp(-p * v) / T
+                loglik = (-0.5 * NC * math.log(2 * math.pi) - NC * v
+                          - 0.5 * S * math.exp(-2 * v)) / T
+            else:
+                s, loglik = 1.0 / T, -self.nll / T
+            a = s * kappa
+            w = 1.0 / (a + d)
+            log_z = (loglik - 0.5 * d * q + 0.5 * n_params * u
+                     - 0.5 * (np.log(a + d).sum() + (n_params - r) * u))
+            return u, v, d, a, w, log_z
+
+        def objective(x):
+            u, v, d, a, w, log_z = parts(x)
+            grad = [0.5 * (r - d * q - d * w.sum())]
+            if with_sigma:
+                grad.append((S * math.exp(-2 * v) - NC) / T + 0.5 * p * (a * w).sum())
+            return -log_z, -np.array(grad)
+
+        def hessian(x):
+            u, v, d, a, w, _ = parts(x)
+            h_uu = -0.5 * d * q - 0.5 * d * w.sum() + 0.5 * d * d * (w * w).sum()
+            if not with_sigma:
+                return -np.array([[h_uu]])
+            aw2 = (a * w * w).sum()
+            h_uv = -0.5 * p * d * aw2
+            h_vv = -2 * S * math.exp(-2 * v) / T - 0.5 * p * p * d * aw2
+            return -np.array([[h_uu, h_uv], [h_uv, h_vv]])
+
+        return objective, hessian
+
     def __call__(self, delta, sigma=None, index=None):
         """Log evidence at prior precision ``delta`` and noise ``sigma`` (tensors).
 
@@ -277,7 +339,9 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
     when the optimum lies on a bound, and when L-BFGS-B reports a failure (the
     returned values may then be the starting point). An end point whose evidence
     is not finite or below the start's (finite-difference gradients of a badly
-    scaled per-output σ) is not returned: the start is, with a warning.
+    scaled per-output σ) is not returned: the start is, with a warning. A scalar δ and σ
+    over a spectrum take the objective, gradient and Hessian in closed form
+    (:meth:`Evidence.closed_form`), others autograd's.
     """
     n_delta = len(log_delta0)
     shift = np.zeros(n_delta) if log_offset is None else np.broadcast_to(log_offset, n_delta)
@@ -314,6 +378,14 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
         (grad,) = torch.autograd.grad(value, x)
         return value.item(), grad.cpu().numpy()
 
+    hessian = hessian_of(objective_tensor)
+    scalar = n_delta == 1 and index is None and expand(
+        torch.ones(1, dtype=dtype)).dim() == 0
+    closed_form = getattr(evidence, "closed_form", None)  # (a plain function of (δ, σ): none)
+    closed = closed_form(tune_sigma, log_sigma0) if closed_form and scalar and analytic else None
+    if closed is not None:
+        objective, hessian = closed
+
     def value_at(x):
         out = objective(x)
         return out[0] if analytic else out
@@ -324,7 +396,7 @@ def maximize_evidence(evidence, log_delta0, expand, log_sigma0=None, sigma_floor
                           options={"maxiter": 500, "ftol": 1e-14, "gtol": 1e-9})
         x = result.x
         if analytic:
-            x = newton_polish(objective, hessian_of(objective_tensor), x, bounds)
+            x = newton_polish(objective, hessian, x, bounds)
         start = value_at(np.asarray(x0, dtype=float))
         end = value_at(x)
     if not np.isfinite(end) or end > start:

@@ -16,3 +16,8 @@ class Posterior:
         new = copy.copy(self)
         new._apply_prior(delta, s)
         return new
+
+    def scalar_spectrum(self):
+        """(κ, P) with log det(s·H + δI) = Σ log(s·κ_j + δ) + (P − len κ)·log δ at a scalar
+        δ, or None where the structure's determinant has no such form."""
+        return None

@@ -23,6 +23,9 @@ class DiagPosterior(Posterior):
         self.h = h.clamp_min(0)
         self.n_params = h.numel()
 
+    def scalar_spectrum(self):
+        return self.h, self.n_params
+
     def log_det(self, delta, s, index=None):
         """Σ log(s·h + δ); with ``index``, δ holds one value per group (δ[index] per weight)."""
         if index is not None:

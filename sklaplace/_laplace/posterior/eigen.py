@@ -136,6 +136,9 @@ class EigenPosterior(Posterior):
     def rank(self):
         return self.lam.numel()
 
+    def scalar_spectrum(self):
+        return self.lam, self.n_params
+
     def log_det(self, delta, s, index=None):
         """log det(s·H + D); D from a 0-d δ, one δ per parameter, or — with ``index``
         (P,) — one δ per group, parameter i having δ[index[i]] (gradients with
