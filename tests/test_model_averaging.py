@@ -161,6 +161,31 @@ def test_regressor_predicts_the_mixture_of_the_candidates_gaussians(regressor):
     assert np.allclose(est.score(X, y), 1 - ((y - mean)**2).sum() / ((y - y.mean())**2).sum())
 
 
+def test_the_mixture_has_the_gradients_scikit_optimize_asks_for(regressor):
+    """∇ of the mixture's mean and total std against central differences of predict."""
+    est, X, _ = regressor
+    rows = X[:5] + 0.05
+    mean, std, mean_grad, std_grad = est.predict(rows, return_std=True, return_mean_grad=True,
+                                                 return_std_grad=True)
+    m, s = est.predict(rows, return_std=True)
+    assert np.array_equal(mean, m) and np.array_equal(std, s)
+    h, fd_mean, fd_std = 1e-6, [], []
+    for j in range(X.shape[1]):
+        e = np.zeros(X.shape[1])
+        e[j] = h
+        (mp, sp), (mm, sm) = est.predict(rows + e, return_std=True), est.predict(rows - e,
+                                                                               return_std=True)
+        fd_mean.append((mp - mm) / (2 * h))
+        fd_std.append((sp - sm) / (2 * h))
+    fd_mean, fd_std = np.stack(fd_mean, -1), np.stack(fd_std, -1)
+    assert mean_grad.shape == std_grad.shape == rows.shape
+    np.testing.assert_allclose(mean_grad, fd_mean, rtol=1e-6, atol=1e-6 * np.abs(fd_mean).max())
+    np.testing.assert_allclose(std_grad, fd_std, rtol=1e-6, atol=1e-6 * np.abs(fd_std).max())
+    one = est.predict(rows[:1], return_std=True, return_mean_grad=True, return_std_grad=True)
+    assert [a.shape for a in one] == [(1,), (1,), (X.shape[1],), (X.shape[1],)]
+    np.testing.assert_allclose(one[3], std_grad[0], rtol=1e-12)
+
+
 def test_a_multi_output_regressor_mixes_each_output():
     X, y = curve(seed=2, n=80)
     Y = np.column_stack([y, np.cos(X[:, 0])])

@@ -159,3 +159,26 @@ def regressor_dist(estimator, X):
     moments = [sub._output_moments(X) for sub in estimator.estimators_]
     return NormalMixturePrediction(*(np.stack([m[i] for m in moments], axis=-1)
                                      for i in range(3)), _kept_weights(estimator))
+
+
+def regressor_gradients(estimator, X, return_std, return_std_grad):
+    """``predict(X, return_mean_grad=True[, return_std_grad=True])`` of the mixture: with
+    v = Σ_k w_k (σ_k² + μ_k²) − μ², ∇μ = Σ_k w_k ∇μ_k and ∇σ = ∇v / (2σ), from each
+    candidate's own gradients; the mean and std are ``predict``'s."""
+    mean, std = estimator.predict(X, return_std=True)
+    w = _kept_weights(estimator)
+    parts = [sub.predict(X, return_std=True, return_mean_grad=True, return_std_grad=True)
+             for sub in estimator.estimators_]
+    one = len(mean) == 1  # (one row: its gradient alone, as scikit-optimize expects)
+    mu, grad_mean, grad_second = 0.0, 0.0, 0.0
+    for w_k, (m, s, gm, gs) in zip(w, parts):
+        gm, gs = (gm[None], gs[None]) if one else (gm, gs)
+        mu = mu + w_k * m
+        grad_mean = grad_mean + w_k * gm
+        grad_second = grad_second + w_k * 2 * (s[..., None] * gs + m[..., None] * gm)
+    grad_std = (grad_second - 2 * mu[..., None] * grad_mean) / (2 * std[..., None])
+    if one:
+        grad_mean, grad_std = grad_mean[0], grad_std[0]
+    out = (mean,) + ((std,) if return_std else ()) + (grad_mean,)
+    return out + ((grad_std,) if return_std_grad else ())
+

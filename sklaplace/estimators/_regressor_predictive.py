@@ -146,7 +146,8 @@ class RegressorPredictive:
             n_samples² values per output: for many rows use ``return_std``.
         return_mean_grad : bool, default=False
             Whether to return the gradient of the predictive mean with respect to
-            each row of ``X`` too (``pred_type="glm"`` only).
+            each row of ``X`` too (``pred_type="glm"`` only; ``model_averaging=True``:
+            the mixture's).
         return_std_grad : bool, default=False
             Whether to return the gradient of the predictive std with respect to
             each row of ``X`` too; needs ``return_std=True`` and
@@ -176,7 +177,7 @@ class RegressorPredictive:
             is requested without ``return_std`` and ``return_mean_grad``, or if
             gradients are requested of a predictive that has none here
             (``pred_type`` other than ``"glm"``, ``noise="heteroscedastic"``,
-            ``model_averaging=True``, ``return_cov=True``).
+            ``return_cov=True``).
         """
         check_is_fitted(self)
         if return_std and return_cov:
@@ -204,7 +205,8 @@ class RegressorPredictive:
         if return_cov:
             raise ValueError("return_mean_grad and return_std_grad are per row; they do not "
                              "combine with return_cov=True.")
-        averaging.refuse(self, "return_mean_grad / return_std_grad")
+        if averaging.averaged(self):
+            return averaging.regressor_gradients(self, X, return_std, return_std_grad)
         fitted = self.laplace_
         if fitted.likelihood.name == "heteroscedastic" or self.pred_type != "glm":
             raise ValueError(
