@@ -186,6 +186,31 @@ def test_the_mixture_has_the_gradients_scikit_optimize_asks_for(regressor):
     np.testing.assert_allclose(one[3], std_grad[0], rtol=1e-12)
 
 
+def test_the_mixture_has_a_joint_predictive_over_rows(regressor):
+    """return_cov: Σ_k w_k (C_k + μ_k μ_kᵀ) − μ μᵀ; sample_y: draws of that mixture, whose
+    moments and one row's distribution function match it (Monte Carlo)."""
+    est, X, _ = regressor
+    rows = X[::8][:6]
+    w = est.model_weights_[est.model_weights_ > 0]
+    mean, cov = est.predict(rows, return_cov=True)
+    parts = [e.predict(rows, return_cov=True) for e in est.estimators_]
+    by_hand = sum(wk * (c + np.outer(m, m)) for wk, (m, c) in zip(w, parts))
+    np.testing.assert_allclose(mean, est.predict(rows), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cov, by_hand - np.outer(mean, mean), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(np.sqrt(np.diag(cov)), est.predict(rows, return_std=True)[1],
+                               rtol=1e-8)
+    draws = est.sample_y(rows, n_samples=40_000, random_state=0)
+    assert draws.shape == (6, 40_000)
+    scale = np.sqrt(np.diag(cov))
+    np.testing.assert_allclose(draws.mean(1), mean, atol=0.03 * scale.max())
+    np.testing.assert_allclose(np.cov(draws), cov, atol=0.05 * scale.max() ** 2)
+    dist = est.predict_dist(rows[:1])
+    for q in (0.1, 0.5, 0.9):
+        x = dist.ppf(q)[0]
+        assert abs((draws[0] <= x).mean() - q) < 0.01
+    np.testing.assert_array_equal(draws, est.sample_y(rows, n_samples=40_000, random_state=0))
+
+
 def test_a_multi_output_regressor_mixes_each_output():
     X, y = curve(seed=2, n=80)
     Y = np.column_stack([y, np.cos(X[:, 0])])
@@ -256,7 +281,6 @@ def test_single_model_readouts_of_an_averaged_fit_are_refused(mixed_classifier, 
     reg, Xr, _ = regressor
     calls = [lambda: est.sample_functions(X), lambda: est.posterior_,
              lambda: est.log_evidence(), lambda: est._with_prior(1.0),
-             lambda: reg.predict(Xr, return_cov=True), lambda: reg.sample_y(Xr),
              lambda: reg.log_evidence(), lambda: reg.sample_functions(Xr)]
     for call in calls:
         with pytest.raises(ValueError, match="model_averaging"):

@@ -17,8 +17,10 @@ import copy
 
 import numpy as np
 from scipy.optimize import minimize
+from sklearn.utils import check_random_state
 from scipy.special import softmax
 
+from ..distributions._joint import sample_joint
 from ..distributions._mixture import CategoricalMixturePrediction, NormalMixturePrediction
 
 #: Stacking weights below this are set to 0 (that candidate is not refit) and the rest
@@ -181,4 +183,27 @@ def regressor_gradients(estimator, X, return_std, return_std_grad):
         grad_mean, grad_std = grad_mean[0], grad_std[0]
     out = (mean,) + ((std,) if return_std else ()) + (grad_mean,)
     return out + ((grad_std,) if return_std_grad else ())
+
+
+def regressor_joint(estimator, X):
+    """The mixture's joint mean (n, C) and covariance (n, C, n, C) over the rows of ``X``:
+    Σ_k w_k (C_k + μ_k μ_kᵀ) − μ μᵀ, in the units of y."""
+    w = _kept_weights(estimator)
+    mean = second = 0.0
+    for w_k, sub in zip(w, estimator.estimators_):
+        m, c = sub._joint_moments()(sub, X)
+        mean = mean + w_k * m
+        second = second + w_k * (c + np.einsum("ic,jd->icjd", m, m))
+    return mean, second - np.einsum("ic,jd->icjd", mean, mean)
+
+
+def regressor_sample_y(estimator, X, n_samples, random_state):
+    """Joint draws of y from the mixture: each draw's candidate by its weight, then that
+    candidate's joint predictive over all rows (``sample_y``'s shapes)."""
+    rng = check_random_state(random_state)
+    counts = rng.multinomial(n_samples, _kept_weights(estimator))
+    draws = [sample_joint(sub, X, int(c), rng, sub._joint_moments())
+             for sub, c in zip(estimator.estimators_, counts) if c]
+    draws = np.concatenate(draws, axis=-1)
+    return draws[..., rng.permutation(n_samples)]  # the candidates' draws interleaved
 

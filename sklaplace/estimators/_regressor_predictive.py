@@ -241,7 +241,8 @@ class RegressorPredictive:
         The draws come from N(mean, cov) over all rows and outputs of ``X`` together, the
         distribution of ``predict(X, return_cov=True)`` with the covariances between
         outputs kept; σ² is included (for noise-free functions use
-        :meth:`sample_functions`).
+        :meth:`sample_functions`). ``model_averaging=True``: each draw from one candidate's
+        joint predictive, the candidate drawn by its weight (a draw of the mixture).
 
         Parameters
         ----------
@@ -259,10 +260,14 @@ class RegressorPredictive:
         """
         check_is_fitted(self)
         check_positive("n_samples", n_samples, integer=True)
+        if averaging.averaged(self):
+            return averaging.regressor_sample_y(self, X, int(n_samples), random_state)
         return sample_joint(self, X, int(n_samples), random_state, self._joint_moments())
 
     def _joint_moments(self):
-        averaging.refuse(self, "The joint predictive over rows (return_cov, sample_y)")
+        """(estimator, X) → the joint predictive's mean and covariance in the units of y."""
+        if averaging.averaged(self):
+            return averaging.regressor_joint
         if self.laplace_.likelihood.name == "heteroscedastic":
             return type(self)._natural_joint
         return joint_moments
