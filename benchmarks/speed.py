@@ -557,7 +557,7 @@ def section_backends(repeats, out, n_large=20_000):
 
     from sklaplace._laplace import likelihoods
     from sklaplace._laplace._backpack import backpack_diag, backpack_kron
-    from sklaplace._laplace.curvature import _linear_diag, _linear_kron_blocks
+    from sklaplace._laplace.layer_factors import kron_blocks_of_rows, linear_diag
     from sklaplace._laplace.subsets import AllWeights
 
     rng = np.random.RandomState(0)
@@ -591,9 +591,9 @@ def section_backends(repeats, out, n_large=20_000):
         n_out = 2 if kind == "classification" else 1
         scale = torch.ones(n_out, dtype=torch.float64)
         fns = {
-            "diag": {"ours": lambda: _linear_diag(subset, lik, Xt, yt, scale, "ggn"),
+            "diag": {"ours": lambda: linear_diag(subset, lik, Xt, yt, scale, "ggn"),
                      "backpack": lambda: backpack_diag(subset, lik, Xt, yt, scale)},
-            "kron": {"ours": lambda: _linear_kron_blocks(subset, subset.linear_layers(), lik, Xt,
+            "kron": {"ours": lambda: kron_blocks_of_rows(subset, subset.linear_layers(), lik, Xt,
                                                          yt, scale, "ggn"),
                      "backpack": lambda: backpack_kron(subset, lik, Xt, yt, scale)},
         }

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from sklaplace._laplace import curvature as cv
+from sklaplace._laplace import layer_factors as lf
 from sklaplace._laplace.likelihoods import LIKELIHOODS
 from sklaplace._laplace.nets import MLP
 from sklaplace._laplace.posterior import KronPosterior
@@ -28,7 +29,7 @@ def test_linear_diag_equals_jacobian_diag(likelihood, n_out, curvature):
         y = torch.randint(0, max(n_out, 2), (40,))
     subset, lik = AllWeights(module), LIKELIHOODS[likelihood]()
     out_scale = torch.full((n_out,), 0.7, dtype=DT)
-    fast = cv._linear_diag(subset, lik, X, y, out_scale, curvature, chunk=16)
+    fast = lf.linear_diag(subset, lik, X, y, out_scale, curvature, chunk=16)
     with torch.no_grad():
         slow = sum((JF**2).sum((0, 2)) for JF in cv._gram_rows(subset, lik, X, y, out_scale,
                                                                curvature))
@@ -74,7 +75,7 @@ def test_linear_kernel_equals_the_jacobian_kernel(likelihood, n_out, curvature, 
     weight = torch.rand(30, dtype=DT) + 0.5 if weighted else None
     subset, lik = AllWeights(module), LIKELIHOODS[likelihood]()
     out_scale = torch.full((n_out,), 0.7, dtype=DT)
-    fast = cv._linear_kernel(subset, lik, X, y, out_scale, curvature, weight)
+    fast = lf.linear_kernel(subset, lik, X, y, out_scale, curvature, weight)
     with torch.no_grad():
         U = torch.cat([JF.permute(1, 0, 2).reshape(subset.n_params, -1)
                        for JF in cv._gram_rows(subset, lik, X, y, out_scale, curvature, weight)],
@@ -93,7 +94,7 @@ def test_linear_kernel_leaves_other_nets_to_the_jacobians(make):
     X, y = torch.randn(8, 5, dtype=DT), torch.randn(8, 2, dtype=DT)
     out_scale = torch.ones(2, dtype=DT)
     subset, lik = AllWeights(module), LIKELIHOODS["gaussian"]()
-    assert cv._linear_kernel(subset, lik, X, y, out_scale, "ggn") is None
+    assert lf.linear_kernel(subset, lik, X, y, out_scale, "ggn") is None
     if make is _Twice:  # P = 42 > N·K = 16: the kernel path, through the Jacobians
         spectrum = cv.full_curvature(subset, lik, X, y, out_scale, eigenvalues_only=True)
         torch.testing.assert_close(spectrum.lam, cv.full_curvature(

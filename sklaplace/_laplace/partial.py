@@ -13,9 +13,9 @@ fit of the concatenated parts, up to the order of floating-point additions.
 import torch
 
 from .curvature import (check_budget, diag_curvature, full_matrix, last_layer_kron,
-                        last_layer_kron_sums, linear_kron_blocks, linear_kron_sums,
-                        memory_budget)
+                        last_layer_kron_sums, memory_budget)
 from .evidence import Evidence
+from .layer_factors import linear_kron_blocks, linear_kron_sums
 from .posterior import DiagPosterior, EigenPosterior, KronPosterior
 
 
