@@ -170,7 +170,7 @@ def _last_layer_matrix(subset, likelihood, X, y, out_scale, curvature, weight=No
     for sl in chunks(X.shape[0], size):
         phi = subset.features(X[sl])
         F = row_factors(likelihood, subset.forward(X[sl], features=phi), y[sl], out_scale,
-                         curvature, rows_of(weight, sl))
+                        curvature, rows_of(weight, sl))
         aug = torch.cat([phi, torch.ones_like(phi[:, :1])], 1)
         L = F @ F.transpose(1, 2)  # (n, C, C)
         T += (L[:, :, :, None] * aug[:, None, None, :]).reshape(len(aug), -1).T @ aug
@@ -249,7 +249,7 @@ def last_layer_kron_sums(subset, likelihood, X, y, out_scale, curvature, chunk=4
     for sl in chunks(X.shape[0], chunk):
         phi = subset.features(X[sl])
         F = row_factors(likelihood, subset.forward(X[sl], features=phi), y[sl], out_scale,
-                         curvature, rows_of(weight, sl))
+                        curvature, rows_of(weight, sl))
         G += torch.einsum("nck,ndk->cd", F, F)
         if weight is None:
             A += phi.T @ phi

@@ -19,6 +19,7 @@ from .subsets import (factors_account_for, layer_parameters, mixing_weights,
 
 
 def chunks(n, size):
+    """Slices of ``size`` rows (the last one shorter) over ``n`` rows."""
     for start in range(0, n, size):
         yield slice(start, min(start + size, n))
 
@@ -35,6 +36,7 @@ def row_factors(likelihood, f, y, out_scale, curvature, weight=None):
 
 
 def rows_of(weight, sl):
+    """The row weights of the slice ``sl`` (None: unweighted)."""
     return None if weight is None else weight[sl]
 
 
@@ -60,7 +62,7 @@ def preactivation_factors(subset, layers, likelihood, X, y, out_scale, curvature
         with preactivation_hooks(layers) as (inputs, eps, calls), torch.enable_grad():
             f = subset.module(X[sl]).reshape(sl.stop - sl.start, -1)
             F = row_factors(likelihood, f.detach(), y[sl], out_scale, curvature,
-                             rows_of(weight, sl))
+                            rows_of(weight, sl))
             if any(c != 1 for c in calls):
                 yield None, None, False, False, sl
                 return
@@ -94,7 +96,7 @@ def linear_diag(subset, likelihood, X, y, out_scale, curvature, chunk=4096, weig
         return None
     h = torch.zeros(subset.n_params, dtype=X.dtype, device=X.device)
     for a, factors, exact, rows, _ in preactivation_factors(subset, layers, likelihood, X, y,
-                                                             out_scale, curvature, chunk, weight):
+                                                            out_scale, curvature, chunk, weight):
         if not (exact and rows):
             return None
         for grads in factors:
@@ -121,7 +123,7 @@ def linear_kernel(subset, likelihood, X, y, out_scale, curvature, weight=None):
         return None
     inputs, outputs = [[] for _ in layers], [[] for _ in layers]
     for a, factors, exact, rows, _ in preactivation_factors(subset, layers, likelihood, X, y,
-                                                             out_scale, curvature, weight=weight):
+                                                            out_scale, curvature, weight=weight):
         if not (exact and rows):
             return None
         for i in range(len(layers)):
@@ -153,7 +155,7 @@ def linear_kron_sums(subset, layers, likelihood, X, y, out_scale, curvature, wei
     G = [0.0] * len(layers)
     A = [0.0] * len(layers)
     for a, factors, exact, _, sl in preactivation_factors(subset, layers, likelihood, X, y,
-                                                           out_scale, curvature, weight=weight):
+                                                          out_scale, curvature, weight=weight):
         if not exact:
             raise ValueError(
                 "hessian_structure='kron' needs every nn.Linear layer to run once per forward "
