@@ -211,6 +211,34 @@ def test_the_mixture_has_a_joint_predictive_over_rows(regressor):
     np.testing.assert_array_equal(draws, est.sample_y(rows, n_samples=40_000, random_state=0))
 
 
+def test_function_draws_of_the_mixture(regressor, mixed_classifier):
+    """sample_functions: each draw from one candidate's posterior, drawn by its weight; the
+    draws' mean and variance are the mixture's (Monte Carlo)."""
+    est, X, _ = regressor
+    rows = X[::8][:5]
+    w = est.model_weights_[est.model_weights_ > 0]
+    assert all(np.array_equal(e.laplace_.targets.std, est.laplace_.targets.std)
+               for e in est.estimators_)
+    draws = est.sample_functions(rows, n_samples=40_000, random_state=0)
+    assert draws.shape == (40_000, 5, 1)
+    means = np.array([e.predict(rows) for e in est.estimators_])
+    epistemic = np.array([e.predict_dist(rows).epistemic_var for e in est.estimators_])
+    mean = w @ means
+    var = w @ (epistemic + means**2) - mean**2
+    scale = np.sqrt(var).max()
+    np.testing.assert_allclose(draws[..., 0].mean(0), mean, atol=0.03 * scale)
+    np.testing.assert_allclose(draws[..., 0].var(0), var, rtol=0.05, atol=1e-4 * scale**2)
+    np.testing.assert_array_equal(draws, est.sample_functions(rows, n_samples=40_000,
+                                                              random_state=0))
+    clf, Xc, _ = mixed_classifier
+    proba = clf.sample_proba(Xc[:4], n_samples=4_000, random_state=0)
+    assert proba.shape == (4_000, 4, 2) and np.allclose(proba.sum(-1), 1.0)
+    wc = clf.model_weights_[clf.model_weights_ > 0]
+    by_parts = sum(wk * e.sample_proba(Xc[:4], n_samples=4_000, random_state=1).mean(0)
+                   for wk, e in zip(wc, clf.estimators_))
+    np.testing.assert_allclose(proba.mean(0), by_parts, atol=0.03)
+
+
 def test_a_multi_output_regressor_mixes_each_output():
     X, y = curve(seed=2, n=80)
     Y = np.column_stack([y, np.cos(X[:, 0])])
@@ -279,9 +307,8 @@ def test_model_averaging_refuses_a_user_net_heteroscedastic_noise_and_multilabel
 def test_single_model_readouts_of_an_averaged_fit_are_refused(mixed_classifier, regressor):
     est, X, _ = mixed_classifier
     reg, Xr, _ = regressor
-    calls = [lambda: est.sample_functions(X), lambda: est.posterior_,
-             lambda: est.log_evidence(), lambda: est._with_prior(1.0),
-             lambda: reg.log_evidence(), lambda: reg.sample_functions(Xr)]
+    calls = [lambda: est.posterior_, lambda: est.log_evidence(), lambda: est._with_prior(1.0),
+             lambda: reg.log_evidence()]
     for call in calls:
         with pytest.raises(ValueError, match="model_averaging"):
             call()

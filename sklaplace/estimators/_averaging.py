@@ -16,9 +16,10 @@ chosen one is without averaging) and kept as a fitted estimator of one architect
 import copy
 
 import numpy as np
+import torch
 from scipy.optimize import minimize
-from sklearn.utils import check_random_state
 from scipy.special import softmax
+from sklearn.utils import check_random_state
 
 from ..distributions._joint import sample_joint
 from ..distributions._mixture import CategoricalMixturePrediction, NormalMixturePrediction
@@ -206,4 +207,14 @@ def regressor_sample_y(estimator, X, n_samples, random_state):
              for sub, c in zip(estimator.estimators_, counts) if c]
     draws = np.concatenate(draws, axis=-1)
     return draws[..., rng.permutation(n_samples)]  # the candidates' draws interleaved
+
+
+def function_samples(estimator, X, n_samples, rng):
+    """Function draws of the mixture (model units, (n_samples, n_rows, n_outputs)): each
+    draw's candidate by its weight, then a draw of that candidate's posterior."""
+    counts = rng.multinomial(n_samples, _kept_weights(estimator))
+    draws = [sub._function_samples(X, int(c), rng.randint(0, 2**31 - 1))
+             for sub, c in zip(estimator.estimators_, counts) if c]
+    order = torch.as_tensor(rng.permutation(n_samples), device=draws[0].device)
+    return torch.cat(draws)[order]  # the candidates' draws interleaved
 

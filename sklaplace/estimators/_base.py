@@ -379,10 +379,12 @@ class BaseLaplace(BaseEstimator):
     def _function_samples(self, X, n_samples, random_state):
         """Functions from the posterior: GLM f + J(θ − θ*), or the net at θ."""
         check_is_fitted(self)
-        averaging.refuse(self, "sample_functions")
         check_positive("n_samples", n_samples, integer=True)
+        rng = check_seed("random_state", random_state)
+        if averaging.averaged(self):
+            return averaging.function_samples(self, X, n_samples, rng)
         Xt = self._X_tensor(X)
-        seed = check_seed("random_state", random_state).randint(0, 2**31 - 1)
+        seed = rng.randint(0, 2**31 - 1)
         return self.laplace_.function_samples(Xt, n_samples, seed, self.pred_type == "nn")
 
     def __sklearn_tags__(self):

@@ -257,6 +257,7 @@ class ClassifierPredictive:
         """Draw logit functions from the posterior.
 
         GLM: f(x, θ*) + J(x)(θ − θ*); ``pred_type="nn"``: f(x, θ).
+        ``model_averaging=True``: each draw from one candidate, drawn by its weight.
 
         Parameters
         ----------

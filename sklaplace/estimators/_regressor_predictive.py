@@ -279,6 +279,7 @@ class RegressorPredictive:
         """Draw functions from the posterior, in the units of y (no noise added).
 
         GLM: f(x, θ*) + J(x)(θ − θ*); ``pred_type="nn"``: f(x, θ).
+        ``model_averaging=True``: each draw from one candidate, drawn by its weight.
 
         Parameters
         ----------
