@@ -217,4 +217,3 @@ def function_samples(estimator, X, n_samples, rng):
              for sub, c in zip(estimator.estimators_, counts) if c]
     order = torch.as_tensor(rng.permutation(n_samples), device=draws[0].device)
     return torch.cat(draws)[order]  # the candidates' draws interleaved
-
