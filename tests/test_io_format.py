@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from sklaplace import LaplaceClassifier, LaplaceRegressor
 from sklaplace import io as skio
@@ -66,9 +67,13 @@ def _assert_as_when_written(est, name):
     """The predictions and evidence of a tests/data file, against those its fit gave
     when the file was written (tests/data/format_v1.json)."""
     expected = EXPECTED[name]
+    # a float32 net's outputs differ between CPUs in their last float32 bits (the kernels a
+    # CPU's instructions select): the file holds the same weights, not the same rounding
+    dtype = next(est.net_.module_.parameters()).dtype
+    rtol = 1e-10 if dtype == torch.float64 else 1e-6
     for key, value in _outputs(est, _rows(name)).items():
-        np.testing.assert_allclose(value, expected[key], rtol=1e-10, atol=1e-13)
-    np.testing.assert_allclose(est.log_evidence_, expected["log_evidence_"], rtol=1e-10)
+        np.testing.assert_allclose(value, expected[key], rtol=rtol, atol=1e-13)
+    np.testing.assert_allclose(est.log_evidence_, expected["log_evidence_"], rtol=rtol)
 
 
 V1_FILES = sorted(EXPECTED)
