@@ -16,19 +16,24 @@ from sklaplace._laplace.subsets.last_layer import _layer_input
 DT = torch.float64
 
 
+def _mlp_rows(likelihood, n_out, n_rows):
+    """(subset, likelihood, X, y, out_scale) of a seeded float64 MLP(5, n_out, (7, 6))."""
+    torch.manual_seed(0)
+    module = MLP(5, n_out, (7, 6)).to(DT)
+    X = torch.randn(n_rows, 5, dtype=DT)
+    if likelihood == "gaussian":
+        y = torch.randn(n_rows, n_out, dtype=DT)
+    else:
+        y = torch.randint(0, max(n_out, 2), (n_rows,))
+    out_scale = torch.full((n_out,), 0.7, dtype=DT)
+    return AllWeights(module), LIKELIHOODS[likelihood](), X, y, out_scale
+
+
 @pytest.mark.parametrize("likelihood,n_out", [("categorical", 3), ("bernoulli", 1),
                                               ("gaussian", 2)])
 @pytest.mark.parametrize("curvature", ["ggn", "ef"])
 def test_linear_diag_equals_jacobian_diag(likelihood, n_out, curvature):
-    torch.manual_seed(0)
-    module = MLP(5, n_out, (7, 6)).to(DT)
-    X = torch.randn(40, 5, dtype=DT)
-    if likelihood == "gaussian":
-        y = torch.randn(40, n_out, dtype=DT)
-    else:
-        y = torch.randint(0, max(n_out, 2), (40,))
-    subset, lik = AllWeights(module), LIKELIHOODS[likelihood]()
-    out_scale = torch.full((n_out,), 0.7, dtype=DT)
+    subset, lik, X, y, out_scale = _mlp_rows(likelihood, n_out, 40)
     fast = lf.linear_diag(subset, lik, X, y, out_scale, curvature, chunk=16)
     with torch.no_grad():
         slow = sum((JF**2).sum((0, 2)) for JF in cv._gram_rows(subset, lik, X, y, out_scale,
@@ -65,16 +70,8 @@ class _Scale(nn.Module):
 def test_linear_kernel_equals_the_jacobian_kernel(likelihood, n_out, curvature, weighted):
     """The kernel from the layers' factors is UᵀU of the Jacobians, column for column,
     so the online updates' spectrum is the factor's."""
-    torch.manual_seed(0)
-    module = MLP(5, n_out, (7, 6)).to(DT)
-    X = torch.randn(30, 5, dtype=DT)
-    if likelihood == "gaussian":
-        y = torch.randn(30, n_out, dtype=DT)
-    else:
-        y = torch.randint(0, max(n_out, 2), (30,))
+    subset, lik, X, y, out_scale = _mlp_rows(likelihood, n_out, 30)
     weight = torch.rand(30, dtype=DT) + 0.5 if weighted else None
-    subset, lik = AllWeights(module), LIKELIHOODS[likelihood]()
-    out_scale = torch.full((n_out,), 0.7, dtype=DT)
     fast = lf.linear_kernel(subset, lik, X, y, out_scale, curvature, weight)
     with torch.no_grad():
         U = torch.cat([JF.permute(1, 0, 2).reshape(subset.n_params, -1)
