@@ -163,7 +163,7 @@ def improves(rows, losses=None, weight=None):
     entry per row of ``rows``) are given: a tie within noise goes to the simpler one."""
     prior = [r[2] for r in rows[:-1]]
     b = int(np.nanargmin(prior))
-    return bool(rows[-1][2] < prior[b] - tie_margin(losses, len(rows) - 1, b, weight))
+    return rows[-1][2] < prior[b] - tie_margin(losses, len(rows) - 1, b, weight)
 
 
 def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one, retry=False,
