@@ -115,8 +115,7 @@ class BaseLaplace(BaseEstimator):
                 tuning=tuning_, seed=split_seed, stratify=stratify, prepare=prepare,
                 scorers=pipe.scorers, offset=self._evidence_offset,
                 averaging=self.model_averaging,
-                retry_overfit=pipe.likelihood.multilabel,
-                one_se=pipe.likelihood.regression)
+                retry_overfit=pipe.likelihood.multilabel)
 
             def refit(sizes, fit, scale=1.0):
                 pipe_ = self._pipeline(s, X, n_outputs, likelihood_default, tuning_, targets,

@@ -144,30 +144,7 @@ def evidence_at_optimum(fitted, s, y_model, weight, spread=None):
     return fitted.log_evidence(hyper.prior_precision, hyper.sigma)
 
 
-def tie_margin(losses, i, j, weight=None):
-    """One standard error of the mean paired difference between candidates ``i`` and
-    ``j``'s held-out losses per row (``losses[k]``; 0 where either is missing): the
-    noise within which their held-out NLLs tie."""
-    if losses is None or losses[i] is None or losses[j] is None:
-        return 0.0
-    d = np.asarray(losses[i], dtype=float) - np.asarray(losses[j], dtype=float)
-    w = np.ones_like(d) if weight is None else np.asarray(weight, dtype=float)
-    mean = np.average(d, weights=w)
-    n_eff = w.sum() ** 2 / (w**2).sum()
-    return float(np.sqrt(np.average((d - mean) ** 2, weights=w) / max(n_eff - 1, 1.0)))
-
-
-def improves(rows, losses=None, weight=None):
-    """Whether the last candidate's held-out NLL is below the best smaller one's, by more
-    than one standard error of their paired difference where ``losses`` (per row, one
-    entry per row of ``rows``) are given: a tie within noise goes to the simpler one."""
-    prior = [r[2] for r in rows[:-1]]
-    b = int(np.nanargmin(prior))
-    return rows[-1][2] < prior[b] - tie_margin(losses, len(rows) - 1, b, weight)
-
-
-def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one, retry=False,
-                   losses=None, weight=None):
+def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one, retry=False):
     """Fit the candidates ``sizes`` in order, skipping those after a candidate that did
     not improve on the smaller ones' held-out NLL (the greedy search): (fits, rows),
     None in ``fits`` and NaN scores in ``rows`` where skipped. ``fit_one(sizes)`` → (fit,
@@ -175,9 +152,6 @@ def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one, retry=
     the dask fits (:mod:`._dask_sequence`) share the search. ``retry`` (multilabel y, in
     memory): a candidate that :func:`overfits` is fitted once more by ``fit_one(sizes,
     DECAY_STEP)`` (the factor of its training prior), and the search ends there.
-    ``losses`` (a list that ``fit_one`` appends each candidate's held-out losses per row
-    to) and ``weight``: improvements within one standard error do not count
-    (:func:`improves`).
     A row: (sizes, n_params, held-out NLL, log evidence, seconds, training prior factor,
     epochs, whether the losing rule stopped it (``fit_one``'s optional fifth value)).
     """
@@ -197,7 +171,8 @@ def run_candidates(s, sizes, n_features, n_outputs, by_evidence, fit_one, retry=
                      bool(stopped and stopped[0])))
 
     for c in sizes:
-        if stop or (greedy and len(rows) > 1 and not improves(rows, losses, weight)):
+        if stop or (greedy and len(rows) > 1
+                    and not rows[-1][2] < min(r[2] for r in rows[:-1])):
             s.log(f"hidden_layer_sizes={c}: skipped (the last candidate did not improve)")
             rows.append((c, n_weights(c, n_features, n_outputs), np.nan, np.nan, 0.0, 1.0, 0,
                          False))
@@ -240,18 +215,13 @@ def losing_patience(s, n_rows):
     return s.n_iter_no_change, math.ceil(LOSING_MIN_STEPS / math.ceil(n_rows / batch))
 
 
-def summarize(sizes, rows, by_evidence, prior_precision, losses=None, weight=None):
+def summarize(sizes, rows, by_evidence, prior_precision):
     """(index of the chosen candidate, ``model_selection_results_``) of the candidates'
     ``rows`` (:func:`run_candidates`) trained under their factor of ``prior_precision``;
-    a ``ConvergenceWarning`` where the largest won. With ``losses`` (per row, as
-    :func:`run_candidates`) the chosen one is the smallest within one standard error of
-    the best."""
+    a ``ConvergenceWarning`` where the largest won."""
     scores = -np.array([r[3] for r in rows]) if by_evidence else np.array([r[2] for r in rows])
     scores = np.where(np.isnan(scores), np.inf, scores)  # skipped candidates rank last
     best = int(np.argmin(scores))
-    if losses is not None and not by_evidence:
-        best = next(i for i in range(best + 1) if np.isfinite(scores[i]) and scores[i]
-                    <= scores[best] + tie_margin(losses, i, best, weight))
     if len(sizes) > 1 and rows[best][0] == sizes[-1]:
         warnings.warn(
             f"hidden_layer_sizes: the largest candidate {sizes[-1]} won the selection "
@@ -275,7 +245,7 @@ def summarize(sizes, rows, by_evidence, prior_precision, losses=None, weight=Non
 
 
 def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stratify,
-           prepare, scorers, offset, averaging=False, retry_overfit=False, one_se=False):
+           prepare, scorers, offset, averaging=False, retry_overfit=False):
     """Fit every candidate and keep the best: (net_, n_iter, curve, fitted, (chosen
     sizes, the factor of its training prior), results, mixture); ``mixture`` is None,
     or with ``averaging`` the candidates ((sizes, fit) per row of ``results``, None
@@ -285,7 +255,6 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
     ``train``, ``laplace``, ``callbacks``); ``scorers``: the classifier's held-out NLLs
     (None for the regressor); ``offset(fitted)``: the evidence's offset into the units
     of y. ``retry_overfit`` (multilabel y): the retry of :func:`run_candidates`.
-    ``one_se``: held-out NLLs within one standard error tie, towards the simpler candidate.
     """
     sizes = candidates(value, X.shape[1], n_outputs)
     fit_rows, held_out = validation_split(len(X), s.validation_fraction, seed,
@@ -297,7 +266,6 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
     wf = None if sample_weight is None else sample_weight[fit_rows]
     w_val = None if sample_weight is None else sample_weight[held_out]
     row_losses, plugins = [], []  # the candidates' held-out plug-in NLLs (losing rule)
-    cell_losses = [] if one_se and not by_evidence else None  # the ties' standard errors
     watch = tuning == "online" and not by_evidence and not averaging and s.tol is not None
     patience, min_epochs = losing_patience(s, len(Xf))
 
@@ -339,24 +307,18 @@ def select(s, value, X, y_model, n_outputs, sample_weight, *, tuning, seed, stra
                 per_cell=False))
         if not by_evidence:
             nll = fitted.report.get("validation_nll")
-            if nll is None or cell_losses is not None:
+            if nll is None:
                 device = fitted.device
-                cells = held_out_losses(
+                nll = held_out_nll(
                     fitted, torch.tensor(X[held_out], dtype=torch.float64, device=device),
-                    torch.as_tensor(y_model[held_out], device=device), scorers)
-                nll = float(np.average(cells, weights=w_val)) if nll is None else nll
-                if cell_losses is not None:
-                    cell_losses.append(cells)
+                    torch.as_tensor(y_model[held_out], device=device), w_val, scorers)
         stopped = stop is not None and stop.stopped_
         return (net_, n_iter, curve, fitted), fitted.subset.n_params, nll, evidence, stopped
 
     retry = retry_overfit and tuning == "cv" and not averaging
     fits, rows = run_candidates(s, sizes, X.shape[1], n_outputs, by_evidence, fit_one,
-                                retry=retry, losses=cell_losses, weight=w_val)
-    if cell_losses is not None:  # skipped candidates have none
-        cell_losses += [None] * (len(rows) - len(cell_losses))
-    best, results = summarize(sizes, rows, by_evidence, s.prior_precision,
-                              losses=cell_losses, weight=w_val)
+                                retry=retry)
+    best, results = summarize(sizes, rows, by_evidence, s.prior_precision)
     mixture = None
     if averaging:
         done = [i for i, fit in enumerate(fits) if fit is not None]
